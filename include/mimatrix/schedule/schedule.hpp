@@ -1,0 +1,194 @@
+// The schedule IR: for one rank, a DAG of primitive steps over byte ranges of the
+// user's input, output and a scratch buffer. Algorithms generate schedules,
+// schedule/verify.hpp proves them, transports execute them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mimatrix::schedule {
+
+enum class collective : std::uint8_t { allreduce, reduce_scatter, allgather, broadcast };
+
+constexpr std::string_view to_string(collective c) {
+  switch (c) {
+    case collective::allreduce: return "allreduce";
+    case collective::reduce_scatter: return "reduce_scatter";
+    case collective::allgather: return "allgather";
+    case collective::broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+/// What one call computes; identical on every rank of the call.
+/// `count` follows NCCL: elements of the smaller per-rank buffer.
+///   allreduce       input count,     output count
+///   reduce_scatter  input size*count, output count  (rank r gets block r)
+///   allgather       input count,     output size*count (block j from rank j)
+///   broadcast       input count (read on root only), output count
+struct descriptor {
+  collective kind = collective::allreduce;
+  int size = 1;
+  std::size_t count = 0;
+  std::size_t elem_size = 1;
+  int root = 0;  // broadcast only
+
+  constexpr std::size_t input_bytes() const {
+    return (kind == collective::reduce_scatter ? std::size_t(size) : 1u) * count * elem_size;
+  }
+  constexpr std::size_t output_bytes() const {
+    return (kind == collective::allgather ? std::size_t(size) : 1u) * count * elem_size;
+  }
+  /// In place, input and output share memory; this is where each starts in it (NCCL's
+  /// convention: allgather's input is block `rank` of the output, reduce_scatter's
+  /// output is block `rank` of the input).
+  constexpr std::size_t in_place_input_offset(int rank) const {
+    return kind == collective::allgather ? std::size_t(rank) * count * elem_size : 0;
+  }
+  constexpr std::size_t in_place_output_offset(int rank) const {
+    return kind == collective::reduce_scatter ? std::size_t(rank) * count * elem_size : 0;
+  }
+  friend bool operator==(const descriptor&, const descriptor&) = default;
+};
+
+enum class buffer : std::uint8_t { input, output, scratch };
+
+/// A byte range of one buffer.
+struct region {
+  buffer where = buffer::output;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+  friend bool operator==(const region&, const region&) = default;
+};
+
+enum class step_kind : std::uint8_t {
+  send,         // src -> peer; completes once the data has left src (src may be reused)
+  recv,         // peer -> dst
+  recv_reduce,  // dst = op(src, data from peer); src may be dst
+  reduce,       // dst = op(dst, src), locally
+  copy,         // dst = src, locally
+  finalize,     // dst = op.finalize(dst, size): applied exactly once to every result element
+};
+
+constexpr std::string_view to_string(step_kind k) {
+  switch (k) {
+    case step_kind::send: return "send";
+    case step_kind::recv: return "recv";
+    case step_kind::recv_reduce: return "recv_reduce";
+    case step_kind::reduce: return "reduce";
+    case step_kind::copy: return "copy";
+    case step_kind::finalize: return "finalize";
+  }
+  return "?";
+}
+
+constexpr bool is_communication(step_kind k) {
+  return k == step_kind::send || k == step_kind::recv || k == step_kind::recv_reduce;
+}
+
+using step_id = std::uint32_t;
+
+/// One primitive. A send from rank a to b with tag t meets the recv or recv_reduce on b
+/// from a with tag t; each (sender, receiver, tag) occurs once a call, with equal bytes.
+struct step {
+  step_kind kind = step_kind::copy;
+  int peer = -1;          // communication steps only
+  std::uint32_t tag = 0;  // communication steps only
+  region src{};           // read: send, recv_reduce, reduce, copy
+  region dst{};           // written: recv, recv_reduce, reduce, copy, finalize
+  std::vector<step_id> deps;  // must complete before this step starts
+
+  std::size_t bytes() const { return kind == step_kind::send ? src.bytes : dst.bytes; }
+};
+
+/// One rank's part of one collective call.
+struct schedule {
+  descriptor desc{};
+  int rank = 0;
+  std::string algorithm;
+  std::size_t scratch_bytes = 0;
+  std::vector<step> steps;
+  // Successors of step i are successors[successor_begin[i] .. successor_begin[i+1]),
+  // precomputed so executors release dependents without searching.
+  std::vector<step_id> successors;
+  std::vector<std::uint32_t> successor_begin;
+};
+
+/// Builds a schedule step by step; every step may only depend on earlier ones, so a
+/// built schedule is acyclic by construction.
+class builder {
+ public:
+  builder(const descriptor& desc, int rank, std::string_view algorithm) {
+    s_.desc = desc;
+    s_.rank = rank;
+    s_.algorithm = algorithm;
+  }
+
+  const descriptor& desc() const { return s_.desc; }
+  int rank() const { return s_.rank; }
+  int size() const { return s_.desc.size; }
+
+  step_id send(int peer, std::uint32_t tag, region src, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::send, peer, tag, src, {}, deps});
+  }
+  step_id recv(int peer, std::uint32_t tag, region dst, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::recv, peer, tag, {}, dst, deps});
+  }
+  step_id recv_reduce(int peer, std::uint32_t tag, region src, region dst,
+                      std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::recv_reduce, peer, tag, src, dst, deps});
+  }
+  step_id reduce(region src, region dst, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::reduce, -1, 0, src, dst, deps});
+  }
+  step_id copy(region src, region dst, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::copy, -1, 0, src, dst, deps});
+  }
+  step_id finalize(region dst, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::finalize, -1, 0, {}, dst, deps});
+  }
+  /// Adds a step whose dependencies are in a container (for a variable number).
+  template <class Deps>
+  step_id add(step_kind kind, int peer, std::uint32_t tag, region src, region dst, const Deps& deps) {
+    step st{kind, peer, tag, src, dst, {}};
+    st.deps.assign(deps.begin(), deps.end());
+    return add(std::move(st));
+  }
+
+  /// Scratch space for this schedule, `bytes` long.
+  region scratch(std::size_t bytes) {
+    region r{buffer::scratch, s_.scratch_bytes, bytes};
+    s_.scratch_bytes += bytes;
+    return r;
+  }
+
+  schedule build() && {
+    const auto n = s_.steps.size();
+    s_.successor_begin.assign(n + 1, 0);
+    for (const auto& st : s_.steps)
+      for (step_id d : st.deps) ++s_.successor_begin[d + 1];
+    for (std::size_t i = 0; i < n; ++i) s_.successor_begin[i + 1] += s_.successor_begin[i];
+    s_.successors.resize(s_.successor_begin[n]);
+    std::vector<std::uint32_t> fill(s_.successor_begin.begin(), s_.successor_begin.end() - 1);
+    for (step_id i = 0; i < n; ++i)
+      for (step_id d : s_.steps[i].deps) s_.successors[fill[d]++] = i;
+    return std::move(s_);
+  }
+
+ private:
+  step_id add(step st) {
+    const auto id = static_cast<step_id>(s_.steps.size());
+    for (step_id d : st.deps)
+      if (d >= id) throw std::logic_error("schedule::builder: a step may only depend on earlier steps");
+    s_.steps.push_back(std::move(st));
+    return id;
+  }
+  schedule s_;
+};
+
+}  // namespace mimatrix::schedule
