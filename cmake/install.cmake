@@ -10,7 +10,11 @@ if(TARGET mimatrix_cuda)
 endif()
 
 install(DIRECTORY include/mimatrix TYPE INCLUDE)
-install(TARGETS ${_mimatrix_targets} EXPORT mimatrix-targets)
+# INCLUDES DESTINATION puts the installed include directory on the exported targets: the
+# $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}> in CMakeLists.txt is read before
+# GNUInstallDirs is included, so on a first configure it is empty.
+install(TARGETS ${_mimatrix_targets} EXPORT mimatrix-targets
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT mimatrix-targets NAMESPACE mimatrix:: FILE mimatrix-targets.cmake
         DESTINATION ${MIMATRIX_CMAKE_DIR})
 

@@ -74,13 +74,17 @@ struct error_context {
   std::int64_t bytes = -1;
 };
 
-/// "rank 3: allreduce #12 step 4, peer 2, 4096 bytes: <what>".
+/// "rank 3, allreduce #12, step 4, peer 2, 4096 bytes: <what>".
 inline std::string describe(const error_context& c, std::string_view what) {
   std::string s;
   auto sep = [&] { if (!s.empty()) s += ", "; };
   if (c.rank >= 0) s += "rank " + std::to_string(c.rank);
   if (!c.operation.empty()) { sep(); s += c.operation; }
-  if (c.sequence >= 0) s += " #" + std::to_string(c.sequence);
+  if (c.sequence >= 0) {  // "allreduce #12", or "#12" alone when the operation is unnamed
+    if (c.operation.empty()) sep(); else s += ' ';
+    s += '#';
+    s += std::to_string(c.sequence);
+  }
   if (c.step >= 0) { sep(); s += "step " + std::to_string(c.step); }
   if (c.peer >= 0) { sep(); s += "peer " + std::to_string(c.peer); }
   if (c.bytes >= 0) { sep(); s += std::to_string(c.bytes) + " bytes"; }

@@ -121,7 +121,13 @@ template <element T> struct avg : sum<T> {
   using typename sum<T>::accumulator;
   static constexpr op_kind kind = op_kind::avg;
   MIMATRIX_HOST_DEVICE constexpr accumulator finalize(accumulator a, int ranks) const {
-    return static_cast<accumulator>(a / static_cast<accumulator>(ranks));
+    if constexpr (std::is_integral_v<accumulator>) {
+      // Divide in the promoted type: an int8 cannot hold 200 ranks (and 256 would be 0).
+      using promoted = decltype(a / ranks);
+      return static_cast<accumulator>(static_cast<promoted>(a) / static_cast<promoted>(ranks));
+    } else {
+      return a / static_cast<accumulator>(ranks);
+    }
   }
 };
 

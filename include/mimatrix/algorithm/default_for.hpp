@@ -1,0 +1,28 @@
+// Which algorithm a collective uses on a topology when the user names none, and the
+// concept an algorithm must model to run on a topology.
+#pragma once
+
+#include <concepts>
+#include <string_view>
+
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix::algorithm {
+
+/// Specialized beside each algorithm for the topologies it is the natural choice for.
+template <class Topology>
+struct default_algorithm {
+  using type = void;
+};
+
+template <class Topology>
+using default_for = typename default_algorithm<Topology>::type;
+
+/// `Algorithm` generates schedules on `Topology`.
+template <class Algorithm, class Topology>
+concept builds_for = requires(const Algorithm& a, const Topology& t, const schedule::descriptor& d, int rank) {
+  { Algorithm::name } -> std::convertible_to<std::string_view>;
+  { a.build(t, d, rank) } -> std::same_as<schedule::schedule>;
+};
+
+}  // namespace mimatrix::algorithm

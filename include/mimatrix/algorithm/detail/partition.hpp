@@ -1,0 +1,39 @@
+// Splitting `count` elements into nearly equal blocks, and blocks into chunks.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix::algorithm::detail {
+
+/// `count` elements in `parts` blocks; the first count % parts blocks get one more.
+struct block_partition {
+  std::size_t count = 0;
+  std::size_t parts = 1;
+
+  std::size_t length(std::size_t b) const { return count / parts + (b < count % parts ? 1 : 0); }
+  std::size_t start(std::size_t b) const { return b * (count / parts) + std::min(b, count % parts); }
+};
+
+/// One block cut into chunks of at most `chunk_elems` elements.
+struct chunking {
+  std::size_t block_elems = 0;
+  std::size_t chunk_elems = 1;
+
+  std::size_t chunks() const { return (block_elems + chunk_elems - 1) / chunk_elems; }
+  std::size_t start(std::size_t c) const { return c * chunk_elems; }
+  std::size_t length(std::size_t c) const { return std::min(chunk_elems, block_elems - start(c)); }
+};
+
+inline std::size_t chunk_elems_for(std::size_t chunk_bytes, std::size_t elem_size) {
+  return std::max<std::size_t>(1, chunk_bytes / elem_size);
+}
+
+/// Elements [first, first + n) of a buffer, as a byte region.
+inline schedule::region elements(schedule::buffer where, std::size_t first, std::size_t n, std::size_t elem_size) {
+  return {where, first * elem_size, n * elem_size};
+}
+
+}  // namespace mimatrix::algorithm::detail

@@ -1,0 +1,37 @@
+// What a rank believes it is running: compared across ranks so that a disagreement
+// ends in a `mismatch` error naming both sides instead of a hang or corrupted data.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mimatrix/core/dtype.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix {
+
+struct signature {
+  schedule::collective kind = schedule::collective::allreduce;
+  reduce::op_kind op = reduce::op_kind::sum;
+  dtype type = dtype::float32;
+  std::size_t count = 0;
+  int root = 0;
+  std::uint64_t sequence = 0;
+
+  friend bool operator==(const signature&, const signature&) = default;
+};
+
+/// "allreduce #7 (count 1000, float, sum)".
+inline std::string to_string(const signature& s) {
+  std::string text = std::string(schedule::to_string(s.kind)) + " #" + std::to_string(s.sequence) +
+                     " (count " + std::to_string(s.count) + ", " + std::string(to_string(s.type));
+  if (s.kind == schedule::collective::broadcast)
+    text += ", root " + std::to_string(s.root);
+  else if (s.kind != schedule::collective::allgather)
+    text += ", " + std::string(reduce::to_string(s.op));
+  return text + ")";
+}
+
+}  // namespace mimatrix

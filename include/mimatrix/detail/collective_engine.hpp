@@ -1,0 +1,113 @@
+// What every collective type shares: argument checks with messages that say what
+// was wrong and on which rank, the schedule cache, and the hand-off to the transport.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "mimatrix/algorithm/default_for.hpp"
+#include "mimatrix/communicator.hpp"
+#include "mimatrix/core/dtype.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/topology/layout.hpp"
+#include "mimatrix/transport/backend.hpp"
+
+namespace mimatrix::detail {
+
+template <transport::backend Transport, topology::layout Topology, class Algorithm>
+class collective_engine {
+  static_assert(!std::is_void_v<Algorithm>,
+                "mimatrix: no default algorithm is known for this topology; name one as the last template argument");
+  static_assert(algorithm::builds_for<Algorithm, Topology>,
+                "mimatrix: this algorithm cannot build schedules for this topology; pick one that supports it");
+
+ public:
+  collective_engine(communicator<Transport>& comm, Topology topo, Algorithm algo)
+      : comm_(comm), topo_(std::move(topo)), algo_(std::move(algo)) {
+    topo_.check(comm_.size());
+  }
+
+  communicator<Transport>& comm() { return comm_; }
+
+  /// Checks the arguments, then starts the call. Counts are in elements.
+  template <reduce::operation Op>
+  request start(schedule::collective kind, const typename Op::value_type* in, std::size_t in_count,
+                typename Op::value_type* out, std::size_t out_count, int root, const Op& op) {
+    using T = typename Op::value_type;
+    const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
+    const signature sig{kind, Op::kind, dtype_of<T>, count, kind == schedule::collective::broadcast ? root : 0,
+                        comm_.next_sequence()};
+    const schedule::descriptor desc{kind, comm_.size(), count, sizeof(T), sig.root};
+    if (auto why = check(desc, in, in_count, out, out_count)) {
+      const std::string message = describe({comm_.rank(), -1, schedule::to_string(kind),
+                                            static_cast<std::int64_t>(sig.sequence)}, *why);
+      comm_.transport().fail(sig, errc::invalid_argument, message);
+      throw error(errc::invalid_argument, message);
+    }
+    return request(comm_.transport().start(plan_for(desc), reinterpret_cast<const std::byte*>(in),
+                                           reinterpret_cast<std::byte*>(out), sig, op, comm_.settings().timeout));
+  }
+
+ private:
+  template <class T>
+  std::optional<std::string> check(const schedule::descriptor& d, const T* in, std::size_t in_count, T* out,
+                                   std::size_t out_count) const {
+    const int p = comm_.size(), r = comm_.rank();
+    const bool reads_input = d.kind != schedule::collective::broadcast || r == d.root;
+    const std::size_t want_in = d.input_bytes() / sizeof(T), want_out = d.output_bytes() / sizeof(T);
+    if (d.kind == schedule::collective::broadcast && (d.root < 0 || d.root >= p))
+      return "root " + std::to_string(d.root) + " is outside a group of " + std::to_string(p);
+    if (reads_input && in_count != want_in)
+      return "the input holds " + std::to_string(in_count) + " elements but " + std::to_string(want_in) +
+             " are needed (output " + std::to_string(out_count) + " elements, group of " + std::to_string(p) + ")";
+    if (out_count != want_out)
+      return "the output holds " + std::to_string(out_count) + " elements but " + std::to_string(want_out) +
+             " are needed (input " + std::to_string(in_count) + " elements, group of " + std::to_string(p) + ")";
+    if (reads_input && in_count && !in) return std::string("the input is a null pointer");
+    if (out_count && !out) return std::string("the output is a null pointer");
+    if (!reads_input || !in_count || !out_count) return std::nullopt;
+    const auto* in_begin = reinterpret_cast<const std::byte*>(in);
+    const auto* out_begin = reinterpret_cast<const std::byte*>(out);
+    if (in_begin - d.in_place_input_offset(r) == out_begin - d.in_place_output_offset(r)) return std::nullopt;
+    if (in_begin < out_begin + d.output_bytes() && out_begin < in_begin + d.input_bytes()) {
+      std::ostringstream s;
+      s << "the input [" << static_cast<const void*>(in_begin) << ", +" << d.input_bytes() << " bytes) overlaps the output ["
+        << static_cast<const void*>(out_begin) << ", +" << d.output_bytes()
+        << " bytes) without being in place (in place, the input starts "
+        << d.in_place_input_offset(r) << " bytes into the output, or the output "
+        << d.in_place_output_offset(r) << " bytes into the input)";
+      return s.str();
+    }
+    return std::nullopt;
+  }
+
+  std::shared_ptr<const schedule::schedule> plan_for(const schedule::descriptor& d) {
+    const auto key = std::make_tuple(d.kind, d.count, d.elem_size, d.root);
+    if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+    if (plans_.size() >= max_cached_plans) plans_.clear();
+    auto plan = std::make_shared<const schedule::schedule>(algo_.build(topo_, d, comm_.rank()));
+    plans_.emplace(key, plan);
+    return plan;
+  }
+
+  static constexpr std::size_t max_cached_plans = 64;
+
+  communicator<Transport>& comm_;
+  Topology topo_;
+  Algorithm algo_;
+  std::map<std::tuple<schedule::collective, std::size_t, std::size_t, int>,
+           std::shared_ptr<const schedule::schedule>> plans_;
+};
+
+}  // namespace mimatrix::detail

@@ -1,0 +1,92 @@
+// request: the handle a non-blocking collective returns. Progress happens inside
+// test() and wait(), as in MPI; a request that goes out of scope waits first, so
+// no peer can still be reading the caller's buffers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "mimatrix/core/error.hpp"
+
+namespace mimatrix {
+
+namespace detail {
+/// What a transport runs for one collective call.
+class operation {
+ public:
+  virtual ~operation() = default;
+  /// Makes whatever progress is possible without blocking; true once finished
+  /// (successfully or not: then `ec` holds the error and `message()` says why).
+  virtual bool test(std::error_code& ec) = 0;
+  /// Blocks until finished or failed (a deadline bounds every wait).
+  virtual void wait(std::error_code& ec) = 0;
+  virtual const std::string& message() const = 0;
+};
+}  // namespace detail
+
+/// @par Thread Safety
+/// A request is used by one thread at a time.
+class [[nodiscard]] request {
+ public:
+  request() = default;
+  explicit request(std::unique_ptr<detail::operation> op) : op_(std::move(op)) {}
+  request(request&&) noexcept = default;
+  request& operator=(request&& other) noexcept {
+    if (this != &other) {
+      finish_quietly();
+      op_ = std::move(other.op_);
+    }
+    return *this;
+  }
+  ~request() { finish_quietly(); }
+
+  /// True when there is an operation that has not been waited for.
+  bool valid() const { return op_ != nullptr; }
+
+  /// Progresses without blocking; true when complete. Throws `mimatrix::error` if it failed.
+  [[nodiscard]] bool test() {
+    std::error_code ec;
+    const bool done = test(ec);
+    if (ec) throw error(ec, last_message_);
+    return done;
+  }
+  [[nodiscard]] bool test(std::error_code& ec) {
+    ec.clear();
+    if (!op_) return true;
+    if (!op_->test(ec)) return false;
+    release(ec);
+    return true;
+  }
+
+  /// Blocks until complete. Throws `mimatrix::error` if it failed.
+  void wait() {
+    std::error_code ec;
+    wait(ec);
+    if (ec) throw error(ec, last_message_);
+  }
+  void wait(std::error_code& ec) {
+    ec.clear();
+    if (!op_) return;
+    op_->wait(ec);
+    release(ec);
+  }
+
+ private:
+  void release(const std::error_code& ec) {
+    if (ec) last_message_ = op_->message();
+    op_.reset();
+  }
+  void finish_quietly() noexcept {
+    if (!op_) return;
+    std::error_code ignored;
+    op_->wait(ignored);
+    op_.reset();
+  }
+
+  std::unique_ptr<detail::operation> op_;
+  std::string last_message_;
+};
+
+}  // namespace mimatrix

@@ -1,0 +1,30 @@
+// The concept every transport models: it knows its rank and group size, starts the
+// execution of a schedule, and tells its peers when a call failed locally.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix::transport {
+
+template <class T>
+concept backend = requires(T& t, const T& ct, std::shared_ptr<const schedule::schedule> plan, const std::byte* in,
+                           std::byte* out, const signature& sig, std::chrono::milliseconds timeout,
+                           const std::string& why) {
+  { ct.rank() } -> std::same_as<int>;
+  { ct.size() } -> std::same_as<int>;
+  { t.start(plan, in, out, sig, reduce::sum<float>{}, timeout) }
+      -> std::same_as<std::unique_ptr<mimatrix::detail::operation>>;
+  t.fail(sig, errc::invalid_argument, why);  // this rank will not take part in call `sig`
+};
+
+}  // namespace mimatrix::transport

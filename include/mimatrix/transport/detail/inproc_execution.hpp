@@ -1,0 +1,310 @@
+// One rank's execution of one schedule over the in-process transport: a dependency-
+// driven state machine that keeps every ready step in flight and is advanced by
+// test() and wait().
+#pragma once
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/detail/inproc_world.hpp"
+#include "mimatrix/transport/host_steps.hpp"
+
+namespace mimatrix::transport::detail {
+
+template <reduce::operation Op>
+class inproc_execution final : public mimatrix::detail::operation {
+  using clock = std::chrono::steady_clock;
+
+ public:
+  inproc_execution(inproc_world& world, int rank, std::shared_ptr<const schedule::schedule> plan,
+                   const std::byte* input, std::byte* output, const signature& sig, const Op& op,
+                   std::chrono::milliseconds timeout)
+      : world_(world),
+        rank_(rank),
+        plan_(std::move(plan)),
+        sig_(sig),
+        op_(op),
+        timeout_(timeout),
+        deadline_(clock::now() + timeout),
+        scratch_(plan_->scratch_bytes),
+        mem_{input, output, scratch_.data()},
+        pending_(plan_->steps.size()),
+        sends_(std::make_unique<posted_send[]>(plan_->steps.size())) {
+    for (std::size_t i = 0; i < plan_->steps.size(); ++i) {
+      pending_[i] = static_cast<std::uint32_t>(plan_->steps[i].deps.size());
+      if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
+    }
+  }
+
+  ~inproc_execution() override {
+    if (phase_ != phase::done && phase_ != phase::failed) {
+      std::error_code ignored;
+      wait(ignored);
+    }
+  }
+
+  bool test(std::error_code& ec) override {
+    while (advance()) {
+    }
+    if (!finished() && clock::now() >= deadline_) check_peers_and_deadline();
+    ec = ec_;
+    return finished();
+  }
+
+  void wait(std::error_code& ec) override {
+    auto& box = world_.box(rank_);
+    while (true) {
+      std::uint64_t seen;
+      {
+        std::lock_guard lock(box.mutex);
+        seen = box.generation;
+      }
+      while (advance()) {
+      }
+      if (finished()) break;
+      if (check_peers_and_deadline()) break;
+      std::unique_lock lock(box.mutex);
+      box.changed.wait_until(lock, deadline_, [&] { return box.generation != seen; });
+    }
+    ec = ec_;
+  }
+
+  const std::string& message() const override { return message_; }
+
+ private:
+  enum class phase { joining, running, checking, done, failed };
+
+  bool finished() const { return phase_ == phase::done || phase_ == phase::failed; }
+  const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
+
+  /// One round of progress; true if anything changed.
+  bool advance() {
+    switch (phase_) {
+      case phase::joining:
+        if (auto f = world_.join(rank_, sig_)) return fail(f->code, f->message), true;
+        phase_ = phase::running;
+        return true;
+      case phase::running: {
+        bool changed = start_ready();
+        changed |= match_receives();
+        changed |= reap_sends();
+        if (phase_ == phase::running && completed_ == plan_->steps.size()) {
+          phase_ = phase::checking;
+          changed = true;
+        }
+        return changed;
+      }
+      case phase::checking:
+        // Every rank's signature must be seen before success is reported, so that no
+        // rank finishes a call another rank got wrong.
+        if (auto f = world_.failed(sig_.sequence)) return fail_from(*f), true;
+        if (!world_.missing(sig_.sequence).empty()) return false;
+        phase_ = phase::done;
+        world_.leave(sig_.sequence);
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  bool start_ready() {
+    if (ready_.empty()) return false;
+    // Index loop: completing a local step appends to ready_.
+    for (std::size_t k = 0; k < ready_.size(); ++k) {
+      const schedule::step_id id = ready_[k];
+      const schedule::step& st = step_at(id);
+      switch (st.kind) {
+        case schedule::step_kind::send: {
+          posted_send& ps = sends_[id];
+          ps.source = rank_;
+          ps.sequence = sig_.sequence;
+          ps.tag = st.tag;
+          ps.data = mem_.read(st.src);
+          ps.bytes = st.src.bytes;
+          ps.sig = &sig_;
+          world_.post(st.peer, &ps);
+          in_flight_.push_back(id);
+          break;
+        }
+        case schedule::step_kind::recv:
+        case schedule::step_kind::recv_reduce:
+          waiting_.push_back(id);
+          break;
+        default:
+          run_local_step(op_, st, mem_, plan_->desc.size);
+          complete(id);
+      }
+    }
+    ready_.clear();
+    return true;
+  }
+
+
+  bool match_receives() {
+    if (waiting_.empty()) return false;
+    matched_.clear();
+    {
+      auto& box = world_.box(rank_);
+      std::lock_guard lock(box.mutex);
+      std::size_t kept = 0;
+      for (schedule::step_id id : waiting_) {
+        const schedule::step& st = step_at(id);
+        posted_send* found = nullptr;
+        for (std::size_t i = 0; i < box.posted.size(); ++i) {
+          posted_send* ps = box.posted[i];
+          if (ps->source == st.peer && ps->sequence == sig_.sequence && ps->tag == st.tag) {
+            found = ps;
+            box.posted[i] = box.posted.back();
+            box.posted.pop_back();
+            break;
+          }
+        }
+        if (found)
+          matched_.emplace_back(id, found);
+        else
+          waiting_[kept++] = id;
+      }
+      waiting_.resize(kept);
+    }
+    for (std::size_t m = 0; m < matched_.size(); ++m) {
+      const auto [id, ps] = matched_[m];
+      const schedule::step& st = step_at(id);
+      if (!(*ps->sig == sig_) || ps->bytes != st.dst.bytes) {
+        const std::string what = !(*ps->sig == sig_)
+                                     ? "rank " + std::to_string(ps->source) + " sent for " + to_string(*ps->sig) +
+                                           " but this rank runs " + to_string(sig_)
+                                     : "rank " + std::to_string(ps->source) + " sent " + std::to_string(ps->bytes) +
+                                           " bytes where " + std::to_string(st.dst.bytes) + " were expected";
+        for (std::size_t rest = m; rest < matched_.size(); ++rest) release(matched_[rest].second);
+        fail(errc::mismatch, describe(context(id), what));
+        return true;
+      }
+      if (st.kind == schedule::step_kind::recv) {
+        if (ps->bytes) std::memcpy(mem_.write(st.dst), ps->data, ps->bytes);
+      } else {
+        combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), ps->data, ps->bytes);
+      }
+      release(ps);
+      complete(id);
+    }
+    return !matched_.empty();
+  }
+
+  /// Tells the sender its data has been taken.
+  void release(posted_send* ps) {
+    const int source = ps->source;
+    ps->done.store(true, std::memory_order_release);  // ps may be gone after this
+    world_.notify(source);
+  }
+
+  bool reap_sends() {
+    std::size_t kept = 0;
+    const std::size_t before = in_flight_.size();
+    for (schedule::step_id id : in_flight_) {
+      if (sends_[id].done.load(std::memory_order_acquire))
+        complete(id);
+      else
+        in_flight_[kept++] = id;
+    }
+    in_flight_.resize(kept);
+    return kept != before;
+  }
+
+  void complete(schedule::step_id id) {
+    ++completed_;
+    const auto& p = *plan_;
+    for (auto k = p.successor_begin[id]; k < p.successor_begin[id + 1]; ++k)
+      if (--pending_[p.successors[k]] == 0) ready_.push_back(p.successors[k]);
+  }
+
+  /// When blocked: adopts another rank's failure, or fails on the deadline. True if failed.
+  bool check_peers_and_deadline() {
+    if (auto f = world_.failed(sig_.sequence)) {
+      fail_from(*f);
+      return true;
+    }
+    if (clock::now() < deadline_) return false;
+    fail(errc::timeout, describe(stuck_context(), stuck_reason()));
+    return true;
+  }
+
+  error_context context(schedule::step_id id) const {
+    const schedule::step& st = step_at(id);
+    return {rank_, st.peer, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence),
+            static_cast<std::int64_t>(id), static_cast<std::int64_t>(st.bytes())};
+  }
+
+  error_context stuck_context() const {
+    if (!waiting_.empty()) return context(waiting_.front());
+    if (!in_flight_.empty()) return context(in_flight_.front());
+    return {rank_, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
+  }
+
+  std::string stuck_reason() {
+    std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms ";
+    if (!waiting_.empty()) {
+      const schedule::step& st = step_at(waiting_.front());
+      why += "waiting for " + std::string(schedule::to_string(st.kind)) + " from rank " + std::to_string(st.peer) +
+             " (tag " + std::to_string(st.tag) + ")";
+    } else if (!in_flight_.empty()) {
+      const schedule::step& st = step_at(in_flight_.front());
+      why += "waiting for rank " + std::to_string(st.peer) + " to take a send (tag " + std::to_string(st.tag) + ")";
+    } else {
+      why += "waiting for the other ranks to enter the call";
+    }
+    const std::string absent = world_.missing(sig_.sequence);
+    if (!absent.empty()) why += "; rank(s) " + absent + " never called " + to_string(sig_);
+    return why;
+  }
+
+  void fail_from(const failure& f) {
+    fail(f.code, "rank " + std::to_string(rank_) + ": " + to_string(sig_) + " failed on another rank: " + f.message);
+  }
+
+  /// Ends this execution: records the failure for the other ranks and takes back
+  /// every send that a receiver has not claimed (waiting for one being read now).
+  void fail(errc code, std::string message) {
+    world_.fail(sig_.sequence, {code, message});
+    for (schedule::step_id id : in_flight_) {
+      posted_send& ps = sends_[id];
+      if (!world_.withdraw(step_at(id).peer, &ps))
+        while (!ps.done.load(std::memory_order_acquire)) std::this_thread::yield();
+    }
+    in_flight_.clear();
+    ec_ = make_error_code(code);
+    message_ = std::move(message);
+    phase_ = phase::failed;
+    world_.leave(sig_.sequence);
+  }
+
+  inproc_world& world_;
+  int rank_;
+  std::shared_ptr<const schedule::schedule> plan_;
+  signature sig_;
+  Op op_;
+  std::chrono::milliseconds timeout_;
+  clock::time_point deadline_;
+  std::vector<std::byte> scratch_;
+  host_buffers mem_;
+  std::vector<std::uint32_t> pending_;  // unfinished dependencies per step
+  std::unique_ptr<posted_send[]> sends_;  // indexed by step id; used by send steps
+  std::vector<schedule::step_id> ready_, waiting_, in_flight_;
+  std::vector<std::pair<schedule::step_id, posted_send*>> matched_;
+  std::size_t completed_ = 0;
+  phase phase_ = phase::joining;
+  std::error_code ec_;
+  std::string message_;
+};
+
+}  // namespace mimatrix::transport::detail

@@ -1,0 +1,171 @@
+// The state the ranks of one in-process group share: a mailbox per rank, where
+// senders post the address of data that receivers then read directly (zero copy),
+// and a board per call where ranks check each other's signatures.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+
+namespace mimatrix::transport::detail {
+
+/// A send waiting for its receiver, which reads `data` in place and then sets `done`.
+struct posted_send {
+  int source = -1;
+  std::uint64_t sequence = 0;
+  std::uint32_t tag = 0;
+  const std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  const signature* sig = nullptr;
+  std::atomic<bool> done{false};
+};
+
+/// Why a call failed, as the first rank that saw it said it.
+struct failure {
+  errc code = errc::aborted;
+  std::string message;
+};
+
+/// @par Thread Safety
+/// Every member may be called from any rank's thread.
+class inproc_world {
+ public:
+  struct mailbox {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::uint64_t generation = 0;  // bumped on every event for this rank
+    std::vector<posted_send*> posted;
+  };
+
+  explicit inproc_world(int size) {
+    if (size < 1)
+      throw error(errc::invalid_argument, "transport::inproc: a group needs at least one rank, got " + std::to_string(size));
+    for (int r = 0; r < size; ++r) boxes_.push_back(std::make_unique<mailbox>());
+  }
+  inproc_world(const inproc_world&) = delete;
+  inproc_world& operator=(const inproc_world&) = delete;
+
+  int size() const { return static_cast<int>(boxes_.size()); }
+  mailbox& box(int rank) { return *boxes_[rank]; }
+
+  /// Wakes `rank` if it waits for an event.
+  void notify(int rank) {
+    mailbox& b = box(rank);
+    {
+      std::lock_guard lock(b.mutex);
+      ++b.generation;
+    }
+    b.changed.notify_all();
+  }
+
+  void post(int to, posted_send* send) {
+    mailbox& b = box(to);
+    {
+      std::lock_guard lock(b.mutex);
+      b.posted.push_back(send);
+      ++b.generation;
+    }
+    b.changed.notify_all();
+  }
+
+  /// Takes `send` back if no receiver has claimed it; false if one is reading it now.
+  bool withdraw(int to, posted_send* send) {
+    mailbox& b = box(to);
+    std::lock_guard lock(b.mutex);
+    for (auto it = b.posted.begin(); it != b.posted.end(); ++it)
+      if (*it == send) {
+        b.posted.erase(it);
+        return true;
+      }
+    return false;
+  }
+
+  /// Records that `rank` entered call `sig.sequence` (waking ranks that wait for it);
+  /// returns a failure if its signature differs from one already there, recorded
+  /// for every rank to see.
+  std::optional<failure> join(int rank, const signature& sig) {
+    std::optional<failure> result;
+    {
+      std::lock_guard lock(board_mutex_);
+      entry& e = board(sig.sequence);
+      e.joined[rank] = sig;
+      if (e.failed) return e.failed;
+      for (int other = 0; other < size(); ++other)
+        if (e.joined[other] && !(*e.joined[other] == sig)) {
+          e.failed = failure{errc::mismatch, "rank " + std::to_string(rank) + " called " + to_string(sig) +
+                                                 " but rank " + std::to_string(other) + " called " +
+                                                 to_string(*e.joined[other])};
+          result = e.failed;
+          break;
+        }
+    }
+    notify_everyone();
+    return result;
+  }
+
+  /// Records the first failure of call `sequence` and wakes every rank.
+  void fail(std::uint64_t sequence, failure f) {
+    {
+      std::lock_guard lock(board_mutex_);
+      entry& e = board(sequence);
+      if (!e.failed) e.failed = std::move(f);
+    }
+    notify_everyone();
+  }
+
+  std::optional<failure> failed(std::uint64_t sequence) {
+    std::lock_guard lock(board_mutex_);
+    auto it = board_.find(sequence);
+    return it == board_.end() ? std::nullopt : it->second.failed;
+  }
+
+  /// Ranks that have not entered call `sequence`, as "1, 4"; empty when all have.
+  std::string missing(std::uint64_t sequence) {
+    std::lock_guard lock(board_mutex_);
+    std::string list;
+    const entry& e = board(sequence);
+    for (int r = 0; r < size(); ++r)
+      if (!e.joined[r]) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return list;
+  }
+
+  /// A rank is done with call `sequence`; the last one frees its entry.
+  void leave(std::uint64_t sequence) {
+    std::lock_guard lock(board_mutex_);
+    auto it = board_.find(sequence);
+    if (it != board_.end() && ++it->second.left == size()) board_.erase(it);
+  }
+
+ private:
+  struct entry {
+    std::vector<std::optional<signature>> joined;
+    std::optional<failure> failed;
+    int left = 0;
+  };
+
+  entry& board(std::uint64_t sequence) {
+    entry& e = board_[sequence];
+    if (e.joined.empty()) e.joined.resize(boxes_.size());
+    return e;
+  }
+
+  void notify_everyone() {
+    for (int r = 0; r < size(); ++r) notify(r);
+  }
+
+  std::vector<std::unique_ptr<mailbox>> boxes_;
+  std::mutex board_mutex_;
+  std::map<std::uint64_t, entry> board_;
+};
+
+}  // namespace mimatrix::transport::detail

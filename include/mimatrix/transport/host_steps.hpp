@@ -1,0 +1,66 @@
+// The local steps of a schedule (reduce, copy, finalize) on host memory, shared by
+// every transport that keeps its buffers on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+#include "mimatrix/reduce/cpu.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix::transport {
+
+/// The memory behind a schedule's three buffers on one rank.
+struct host_buffers {
+  const std::byte* input = nullptr;
+  std::byte* output = nullptr;
+  std::byte* scratch = nullptr;
+
+  const std::byte* read(const schedule::region& r) const {
+    switch (r.where) {
+      case schedule::buffer::input: return input + r.offset;
+      case schedule::buffer::output: return output + r.offset;
+      case schedule::buffer::scratch: return scratch + r.offset;
+    }
+    return nullptr;
+  }
+  /// Schedules never write their input (in place, input and output are one memory).
+  std::byte* write(const schedule::region& r) const {
+    return r.where == schedule::buffer::scratch ? scratch + r.offset : output + r.offset;
+  }
+};
+
+/// dst = op(a, b) over `bytes` bytes of Op's element type.
+template <reduce::operation Op>
+void combine_bytes(const Op& op, std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes) {
+  using T = typename Op::value_type;
+  reduce::cpu::combine(op, reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(a),
+                       reinterpret_cast<const T*>(b), bytes / sizeof(T));
+}
+
+/// Runs a reduce, copy or finalize step.
+template <reduce::operation Op>
+void run_local_step(const Op& op, const schedule::step& st, const host_buffers& mem, int ranks) {
+  using T = typename Op::value_type;
+  switch (st.kind) {
+    case schedule::step_kind::reduce: {
+      std::byte* dst = mem.write(st.dst);
+      combine_bytes(op, dst, dst, mem.read(st.src), st.dst.bytes);
+      break;
+    }
+    case schedule::step_kind::copy: {
+      const std::byte* src = mem.read(st.src);
+      std::byte* dst = mem.write(st.dst);
+      if (src != dst && st.dst.bytes) std::memmove(dst, src, st.dst.bytes);  // in place: same memory
+      break;
+    }
+    case schedule::step_kind::finalize:
+      reduce::cpu::finalize(op, reinterpret_cast<T*>(mem.write(st.dst)), st.dst.bytes / sizeof(T), ranks);
+      break;
+    default:
+      break;  // communication steps belong to the transport
+  }
+}
+
+}  // namespace mimatrix::transport

@@ -1,0 +1,87 @@
+// transport::inproc: the ranks of a group are threads of one process. Data moves
+// by direct reads of the sender's memory, so tests exercise the real schedules and
+// reductions at memory speed.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/detail/inproc_execution.hpp"
+#include "mimatrix/transport/detail/inproc_world.hpp"
+
+namespace mimatrix::transport {
+
+/// One rank's endpoint in an in-process group.
+///
+/// @par Thread Safety
+/// A `world` is shared by all ranks' threads. Each rank's endpoint (and the
+/// communicator over it) is used by one thread at a time; one endpoint per rank.
+class inproc {
+ public:
+  using world = detail::inproc_world;
+
+  inproc(world& group, int rank) : world_(&group), rank_(rank) {
+    if (rank < 0 || rank >= group.size())
+      throw error(errc::invalid_argument, "transport::inproc: rank " + std::to_string(rank) +
+                                              " is outside a group of " + std::to_string(group.size()));
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return world_->size(); }
+  static constexpr const char* name = "inproc";
+
+  /// Starts executing `plan` on this rank; progress happens in the returned operation.
+  template <reduce::operation Op>
+  std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
+                                                     const std::byte* input, std::byte* output,
+                                                     const signature& sig, const Op& op,
+                                                     std::chrono::milliseconds timeout) {
+    return std::make_unique<detail::inproc_execution<Op>>(*world_, rank_, std::move(plan), input, output, sig, op,
+                                                          timeout);
+  }
+
+  /// This rank will not take part in call `sig`: its peers fail with `code` at once
+  /// instead of waiting for their deadline.
+  void fail(const signature& sig, errc code, const std::string& why) {
+    world_->fail(sig.sequence, {code, why});
+    world_->leave(sig.sequence);
+  }
+
+ private:
+  world* world_;
+  int rank_;
+};
+
+/// Runs `body(rank, world)` on `ranks` threads of one group and joins them; rethrows
+/// the exception of the lowest failing rank.
+template <class Body>
+void run_inproc(int ranks, Body&& body) {
+  inproc::world group(ranks);
+  std::vector<std::exception_ptr> errors(ranks);
+  std::vector<std::thread> threads;
+  threads.reserve(ranks);
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(r, group);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace mimatrix::transport

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what building and testing mimatrix needs on Debian 12 (bookworm), with apt-get.
+# Idempotent: installs only missing packages, and runs apt-get update only then.
+# Works as root, or through sudo otherwise. Extra packages may be given as arguments.
+set -euo pipefail
+
+packages=(
+  build-essential   # g++ 12 and its sanitizer runtimes (libasan8, libubsan1, libtsan2)
+  cmake             # 3.25 in bookworm; CMakePresets.json needs 3.25
+  ninja-build       # the presets' generator
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  "$@"
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup-debian: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null; then
+  as_root=(sudo)
+else
+  echo "setup-debian: missing ${missing[*]}, and not root and no sudo to install them" >&2
+  exit 1
+fi
+
+echo "setup-debian: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,108 @@
+// Test support for the collective grid: fresh random data per run, reference
+// results, and the tolerance each element type is checked with.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mimatrix/core/dtype.hpp"
+#include "mimatrix/reduce/ops.hpp"
+
+namespace mimatrix::test {
+
+/// One seed a test run, printed so that a failure can be replayed (MIMATRIX_SEED).
+inline std::uint64_t run_seed() {
+  static const std::uint64_t seed = [] {
+    if (const char* s = std::getenv("MIMATRIX_SEED")) return static_cast<std::uint64_t>(std::strtoull(s, nullptr, 10));
+    return (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }();
+  return seed;
+}
+
+/// Quick mode (sanitizer builds) keeps the grid's shape but drops its largest cases.
+constexpr bool quick =
+#if defined(MIMATRIX_TEST_QUICK)
+    true;
+#else
+    false;
+#endif
+
+/// The grid's counts for a group of p: edge cases around p, and large ones.
+inline std::vector<std::size_t> grid_counts(int p, std::size_t largest) {
+  std::vector<std::size_t> counts{0, 1, 2, 3, 7, std::size_t(p) - 1, std::size_t(p), std::size_t(p) + 1, 1000, 65537};
+  if (!quick) counts.push_back(largest);
+  return counts;
+}
+
+/// Values that keep every operation's result representable: any value for integers
+/// (their arithmetic wraps, exactly), near one for floating-point products.
+template <class Op>
+std::vector<typename Op::value_type> random_values(std::size_t n, std::uint64_t seed) {
+  using T = typename Op::value_type;
+  std::mt19937_64 gen(seed);
+  std::vector<T> v(n);
+  if constexpr (std::is_integral_v<T>) {
+    std::uniform_int_distribution<std::int64_t> d(std::is_signed_v<T> ? -100 : 0, 100);
+    for (auto& x : v) x = static_cast<T>(d(gen));
+  } else {
+    const bool product = Op::kind == reduce::op_kind::prod;
+    std::uniform_real_distribution<double> d(product ? 0.8 : -1.0, product ? 1.25 : 1.0);
+    for (auto& x : v) x = T(static_cast<float>(d(gen)));
+  }
+  return v;
+}
+
+template <class T> constexpr double epsilon() {
+  if constexpr (std::is_same_v<T, half>) return 1.0 / 2048;
+  else if constexpr (std::is_same_v<T, bfloat16>) return 1.0 / 256;
+  else if constexpr (std::is_same_v<T, float>) return 1.0 / (1 << 23);
+  else return 1.0 / (1ull << 52);
+}
+
+template <class T> double to_double(T v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return static_cast<double>(static_cast<float>(v));
+  else return static_cast<double>(v);
+}
+
+/// The reference reduction of one element over all ranks, and how far a correct
+/// result may be from it: exact for integers, min and max; for floating-point sums
+/// and products, p rounding steps of the element type (each hop rounds).
+template <class Op>
+struct reference {
+  double value = 0;
+  double tolerance = 0;
+};
+
+template <class Op>
+reference<Op> reduce_reference(const std::vector<std::vector<typename Op::value_type>>& inputs, std::size_t e) {
+  using T = typename Op::value_type;
+  const Op op{};
+  const int p = static_cast<int>(inputs.size());
+  if constexpr (std::is_integral_v<T>) {
+    auto acc = widen<T>(inputs[0][e]);
+    for (int r = 1; r < p; ++r) acc = op(acc, widen<T>(inputs[r][e]));
+    return {static_cast<double>(narrow<T>(op.finalize(acc, p))), 0};
+  } else {
+    double acc = to_double(inputs[0][e]), magnitude = std::abs(acc);
+    for (int r = 1; r < p; ++r) {
+      const double x = to_double(inputs[r][e]);
+      switch (Op::kind) {
+        case reduce::op_kind::sum: case reduce::op_kind::avg: acc += x; magnitude += std::abs(x); break;
+        case reduce::op_kind::prod: acc *= x; break;
+        case reduce::op_kind::min: acc = std::min(acc, x); break;
+        case reduce::op_kind::max: acc = std::max(acc, x); break;
+      }
+    }
+    if (Op::kind == reduce::op_kind::prod) magnitude = std::abs(acc);
+    if (Op::kind == reduce::op_kind::avg) { acc /= p; magnitude /= p; }
+    const bool exact = Op::kind == reduce::op_kind::min || Op::kind == reduce::op_kind::max;
+    return {acc, exact ? 0.0 : 2.0 * (p + 1) * epsilon<T>() * magnitude};
+  }
+}
+
+}  // namespace mimatrix::test

@@ -1,0 +1,558 @@
+// Tests for the symbolic verifier: hand-built correct schedules of every collective, and
+// one broken schedule for each thing the verifier checks.
+#include "mimatrix/schedule/verify.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace mimatrix::schedule;
+using group = std::vector<schedule>;
+
+constexpr std::size_t es = 4;  // elem_size in every test
+region in(std::size_t first, std::size_t n) { return {buffer::input, first * es, n * es}; }
+region out(std::size_t first, std::size_t n) { return {buffer::output, first * es, n * es}; }
+
+descriptor make(collective kind, int size, std::size_t count, int root = 0) {
+  return {kind, size, count, es, root};
+}
+
+/// Re-runs a (possibly edited) schedule through builder, so successor lists stay right.
+schedule rebuild(const schedule& s) {
+  builder b(s.desc, s.rank, s.algorithm);
+  if (s.scratch_bytes) (void)b.scratch(s.scratch_bytes);
+  for (const auto& st : s.steps) b.add(st.kind, st.peer, st.tag, st.src, st.dst, st.deps);
+  return std::move(b).build();
+}
+
+::testing::AssertionResult fails_with(const group& g, std::vector<std::string> needles, verify_options o = {}) {
+  const auto r = verify(g, o);
+  if (r) return ::testing::AssertionFailure() << "verify accepted a broken schedule";
+  for (const auto& n : needles)
+    if (r.message.find(n) == std::string::npos)
+      return ::testing::AssertionFailure() << "message lacks \"" << n << "\": " << r.message;
+  return ::testing::AssertionSuccess() << r.message;
+}
+
+::testing::AssertionResult passes(const group& g, verify_options o = {}) {
+  const auto r = verify(g, o);
+  if (r) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.message;
+}
+
+// Allreduce by direct exchange, on rank r:
+//   send input to every peer q; recv q's input into scratch slot q;
+//   copy input -> output (after the sends: in place they share memory);
+//   reduce slot q into output, one after another; finalize output.
+struct direct_options {
+  bool copy_after_sends = true;
+  bool finalize = true;
+};
+group direct_allreduce(int p, std::size_t count, direct_options o = {}) {
+  const auto d = make(collective::allreduce, p, count);
+  group g;
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "direct");
+    std::vector<step_id> sends;
+    std::vector<step_id> recvs(std::size_t(p), 0);
+    std::vector<region> slot(static_cast<std::size_t>(p));
+    for (int q = 0; q < p; ++q)
+      if (q != r) sends.push_back(b.send(q, 0, in(0, count)));
+    for (int q = 0; q < p; ++q)
+      if (q != r) {
+        slot[std::size_t(q)] = b.scratch(count * es);
+        recvs[std::size_t(q)] = b.recv(q, 0, slot[std::size_t(q)]);
+      }
+    auto last = b.add(step_kind::copy, -1, 0, in(0, count), out(0, count),
+                      o.copy_after_sends ? sends : std::vector<step_id>{});
+    for (int q = 0; q < p; ++q)
+      if (q != r) last = b.reduce(slot[std::size_t(q)], out(0, count), {last, recvs[std::size_t(q)]});
+    if (o.finalize) b.finalize(out(0, count), {last});
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// Ring allreduce with recv_reduce, count = p*c, chunk k = elements [k*c, (k+1)*c):
+//   reduce-scatter, step k: send chunk r-k to r+1 (from input at k=0), recv_reduce
+//   chunk r-k-1 from r-1 (input + incoming -> output); rank r then owns chunk r+1, finalizes it;
+//   allgather, step k: send chunk r+1-k to r+1, recv chunk r-k from r-1.
+//   rank0: c0 ─► rank1   rank1: c1 ─► rank2 ...   (p-1 steps, twice)
+group ring_allreduce(int p, std::size_t c) {
+  const auto d = make(collective::allreduce, p, std::size_t(p) * c);
+  const auto chunk = [&](int k, buffer where) {
+    const auto j = std::size_t(((k % p) + p) % p);
+    return region{where, j * c * es, c * es};
+  };
+  group g;
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "ring");
+    const int next = (r + 1) % p, prev = (r + p - 1) % p;
+    step_id prev_rr = 0;
+    std::vector<step_id> rs_sends;
+    for (int k = 0; k < p - 1; ++k) {
+      const auto src = k == 0 ? chunk(r, buffer::input) : chunk(r - k, buffer::output);
+      rs_sends.push_back(k == 0 ? b.send(next, std::uint32_t(k), src) : b.send(next, std::uint32_t(k), src, {prev_rr}));
+      prev_rr = b.recv_reduce(prev, std::uint32_t(k), chunk(r - k - 1, buffer::input), chunk(r - k - 1, buffer::output));
+    }
+    auto last = b.finalize(chunk(r + 1, buffer::output), {prev_rr});
+    for (int k = 0; k < p - 1; ++k) {
+      const auto tag = std::uint32_t(p - 1 + k);
+      b.send(next, tag, chunk(r + 1 - k, buffer::output), {last});
+      // Chunk r-k was read by the reduce-scatter send k: overwrite it only after that.
+      last = b.recv(prev, tag, chunk(r - k, buffer::output), {rs_sends[std::size_t(k)]});
+    }
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// Allgather by direct exchange: copy input into block r, send it to every peer, receive
+// block q from each peer q.
+group direct_allgather(int p, std::size_t count) {
+  const auto d = make(collective::allgather, p, count);
+  group g;
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "direct");
+    const auto copy = b.copy(in(0, count), out(std::size_t(r) * count, count));
+    for (int q = 0; q < p; ++q)
+      if (q != r) b.send(q, 0, in(0, count), {copy});  // in place, input is block r
+    for (int q = 0; q < p; ++q)
+      if (q != r) b.recv(q, 0, out(std::size_t(q) * count, count));
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// Ring allgather: copy own block, then p-1 times forward the block last received.
+//   step k: rank r sends block r-k to r+1 and receives block r-k-1 from r-1.
+group ring_allgather(int p, std::size_t count) {
+  const auto d = make(collective::allgather, p, count);
+  const auto block = [&](int k) { return out(std::size_t(((k % p) + p) % p) * count, count); };
+  group g;
+  g.reserve(std::size_t(p));
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "ring");
+    auto last = b.copy(in(0, count), block(r));
+    for (int k = 0; k < p - 1; ++k) {
+      b.send((r + 1) % p, std::uint32_t(k), block(r - k), {last});
+      last = b.recv((r + p - 1) % p, std::uint32_t(k), block(r - k - 1));
+    }
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// Broadcast: root copies input to output and sends it to everyone.
+group direct_broadcast(int p, std::size_t count, int root) {
+  const auto d = make(collective::broadcast, p, count, root);
+  group g;
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "direct");
+    if (r == root) {
+      const auto copy = b.copy(in(0, count), out(0, count));
+      for (int q = 0; q < p; ++q)
+        if (q != r) b.send(q, 0, in(0, count), {copy});
+    } else {
+      b.recv(root, 0, out(0, count));
+    }
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// Reduce-scatter by direct exchange: send input block q to q; receive block r from
+// every peer into scratch; copy own block r to output, reduce the rest in, finalize.
+group direct_reduce_scatter(int p, std::size_t count) {
+  const auto d = make(collective::reduce_scatter, p, count);
+  group g;
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "direct");
+    std::vector<step_id> recvs(std::size_t(p), 0);
+    std::vector<region> slot(static_cast<std::size_t>(p));
+    for (int q = 0; q < p; ++q)
+      if (q != r) b.send(q, 0, in(std::size_t(q) * count, count));
+    for (int q = 0; q < p; ++q)
+      if (q != r) {
+        slot[std::size_t(q)] = b.scratch(count * es);
+        recvs[std::size_t(q)] = b.recv(q, 0, slot[std::size_t(q)]);
+      }
+    auto last = b.copy(in(std::size_t(r) * count, count), out(0, count));
+    for (int q = 0; q < p; ++q)
+      if (q != r) last = b.reduce(slot[std::size_t(q)], out(0, count), {last, recvs[std::size_t(q)]});
+    b.finalize(out(0, count), {last});
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// ---------------------------------------------------------------------------------------
+// Correct schedules
+
+TEST(Verify, CorrectSchedulesPassOverManySizes) {
+  for (bool in_place : {false, true}) {
+    const verify_options o{in_place};
+    for (int p = 1; p <= 6; ++p) {
+      for (std::size_t count : {std::size_t(0), std::size_t(1), std::size_t(5)}) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " count=" + std::to_string(count) + " in_place=" +
+                     std::to_string(in_place));
+        EXPECT_TRUE(passes(direct_allreduce(p, count), o));
+        EXPECT_TRUE(passes(direct_allgather(p, count), o));
+        EXPECT_TRUE(passes(ring_allgather(p, count), o));
+        EXPECT_TRUE(passes(direct_reduce_scatter(p, count), o));
+        for (int root = 0; root < p; ++root) {
+          EXPECT_TRUE(passes(direct_broadcast(p, count, root), o));
+        }
+        if (p >= 2) {
+          EXPECT_TRUE(passes(ring_allreduce(p, count), o));
+        }
+      }
+    }
+  }
+}
+
+TEST(Verify, ResultConvertsToBool) {
+  const auto g = direct_allreduce(2, 3);
+  const auto r = verify(g);
+  EXPECT_TRUE(static_cast<bool>(r));
+  EXPECT_TRUE(r.message.empty());
+  EXPECT_NO_THROW(verify_or_throw(g));
+}
+
+TEST(Verify, OrThrowThrowsInvalidArgument) {
+  const auto g = direct_allreduce(2, 3, {.copy_after_sends = true, .finalize = false});
+  try {
+    verify_or_throw(g);
+    FAIL() << "no throw";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), mimatrix::errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("finalized 0 times"), std::string::npos) << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// e) result
+
+TEST(Verify, MissingFinalize) {
+  EXPECT_TRUE(fails_with(direct_allreduce(2, 3, {.copy_after_sends = true, .finalize = false}),
+                         {"rank 0 output element 0", "finalized 0 times", "expected", "finalized once"}));
+}
+
+TEST(Verify, DoubleFinalize) {
+  auto g = direct_allreduce(3, 2);
+  auto& s = g[1];
+  s.steps.push_back({step_kind::finalize, -1, 0, {}, out(0, 2), {step_id(s.steps.size() - 1)}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 1 output element 0", "finalized 2 times"}));
+}
+
+TEST(Verify, ReducingFinalizedData) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  // finalize first, then one more reduce of the received slot on top.
+  const auto fin = step_id(s.steps.size() - 1);
+  s.steps.push_back({step_kind::reduce, -1, 0, s.steps[fin - 1].src, out(0, 2), {fin}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 0 step", "reduce", "already finalized"}));
+}
+
+TEST(Verify, RankCountedTwice) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  // steps: 0 send, 1 recv, 2 copy, 3 reduce, 4 finalize: reduce the slot once more.
+  s.steps.insert(s.steps.begin() + 4, step{step_kind::reduce, -1, 0, s.steps[3].src, out(0, 2), {3}});
+  s.steps[5].deps = {4};
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 4", "reduce", "counts rank 1 twice", "output byte 0"}));
+}
+
+TEST(Verify, WrongOrigin) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[1];
+  // Reduce element 1 of the received slot into element 0 of the output.
+  auto slot = s.steps[3].src;
+  s.steps[3].src = {slot.where, slot.offset + es, es};
+  s.steps[3].dst = out(0, 1);
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 1 step 3", "reduce", "origin 0 with origin 1"}));
+}
+
+TEST(Verify, AllgatherMustNotFinalize) {
+  auto g = direct_allgather(2, 2);
+  auto& s = g[0];
+  s.steps.push_back({step_kind::finalize, -1, 0, {}, out(0, 4), {1, 2}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 0 output element 0", "finalized 1 times", "allgather"}));
+}
+
+TEST(Verify, AllgatherBlockFromWrongRank) {
+  auto g = direct_allgather(3, 2);
+  // Rank 2 receives rank 1's block into block 0's place and rank 0's into block 1's.
+  auto& s = g[2];
+  for (auto& st : s.steps)
+    if (st.kind == step_kind::recv) st.dst = out(std::size_t(1 - st.peer) * 2, 2);
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 2 output element 0", "ranks {0}", "got origin 0, ranks {1}"}));
+}
+
+TEST(Verify, OutputNeverWritten) {
+  auto g = direct_broadcast(3, 2, 0);
+  auto& s = g[2];
+  s.steps.clear();
+  s = rebuild(s);
+  // Rank 0 now sends to nobody on rank 2: matching reports it first.
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 2", "send to peer 2", "no matching recv"}));
+  auto& root = g[0];
+  root.steps.pop_back();
+  root = rebuild(root);
+  EXPECT_TRUE(fails_with(g, {"rank 2 output element 0", "never written"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// d) data flow and deadlock
+
+TEST(Verify, ReadingUndefinedScratch) {
+  const auto d = make(collective::allreduce, 1, 2);
+  builder b(d, 0, "bad");
+  const auto tmp = b.scratch(2 * es);
+  const auto c = b.copy(in(0, 2), out(0, 2));
+  const auto r = b.reduce(tmp, out(0, 2), {c});
+  b.finalize(out(0, 2), {r});
+  const group g{std::move(b).build()};
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 1", "reduce", "reads data before it is produced", "scratch byte 0"}));
+}
+
+TEST(Verify, BroadcastNonRootInputIsUndefined) {
+  auto g = direct_broadcast(2, 2, 0);
+  auto& s = g[1];
+  // Rank 1 copies its own (unused) input instead of receiving.
+  s.steps.push_back({step_kind::copy, -1, 0, in(0, 2), out(0, 2), {0}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 1 step 1", "copy", "reads data before it is produced", "input byte 0"}));
+}
+
+TEST(Verify, SendOfUndefinedData) {
+  const auto d = make(collective::broadcast, 2, 2, 0);
+  group g;
+  {
+    builder b(d, 0, "bad");
+    b.send(1, 0, out(0, 2));  // root sends its output before writing it
+    b.copy(in(0, 2), out(0, 2), {0});
+    g.push_back(std::move(b).build());
+  }
+  {
+    builder b(d, 1, "bad");
+    b.recv(0, 0, out(0, 2));
+    g.push_back(std::move(b).build());
+  }
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0", "send to peer 1", "reads data before it is produced"}));
+}
+
+TEST(Verify, Deadlock) {
+  // Both ranks receive before they send, and each send waits for its rank's receive.
+  const auto d = make(collective::allreduce, 2, 2);
+  group g;
+  for (int r = 0; r < 2; ++r) {
+    builder b(d, r, "deadlock");
+    const auto tmp = b.scratch(2 * es);
+    const auto rv = b.recv(1 - r, 7, tmp);
+    b.send(1 - r, 7, in(0, 2), {rv});
+    const auto c = b.copy(in(0, 2), out(0, 2));
+    const auto red = b.reduce(tmp, out(0, 2), {c, rv});
+    b.finalize(out(0, 2), {red});
+    g.push_back(std::move(b).build());
+  }
+  EXPECT_TRUE(fails_with(g, {"deadlock", "8 of 10 steps", "rank 0 step 0 (recv from peer 1, tag 7",
+                             "rank 1 step 1 (send to peer 0, tag 7", "waits for"}));
+}
+
+TEST(Verify, RecvReduceCycleDeadlocks) {
+  // recv_reduce straight into output in place must wait for the sends, but a send only
+  // completes when the peer's recv_reduce does, which waits for the peer's sends.
+  const auto d = make(collective::allreduce, 2, 2);
+  group g;
+  for (int r = 0; r < 2; ++r) {
+    builder b(d, r, "cycle");
+    const auto s = b.send(1 - r, 0, in(0, 2));
+    const auto rr = b.recv_reduce(1 - r, 0, in(0, 2), out(0, 2), {s});
+    b.finalize(out(0, 2), {rr});
+    g.push_back(std::move(b).build());
+  }
+  EXPECT_TRUE(fails_with(g, {"deadlock", "rank 0 step 0 (send to peer 1", "recv_reduce from peer 0"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// c) races
+
+TEST(Verify, TwoUnorderedWrites) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  // A second copy into output, ordered with nothing.
+  s.steps.push_back({step_kind::copy, -1, 0, in(0, 2), out(0, 2), {}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"race on rank 0", "output byte 0", "step 4 (finalize", "step 5 (copy", "writes it",
+                             "neither depends on the other"}));
+}
+
+TEST(Verify, SendSourceOverwritten) {
+  const auto d = make(collective::allreduce, 2, 2);
+  group g;
+  for (int r = 0; r < 2; ++r) {
+    builder b(d, r, "racy");
+    const auto a = b.scratch(2 * es), tmp = b.scratch(2 * es);
+    const auto stage = b.copy(in(0, 2), a);
+    b.send(1 - r, 0, a, {stage});
+    const auto rv = b.recv(1 - r, 0, tmp);
+    const auto c = b.copy(in(0, 2), out(0, 2));
+    const auto red = b.reduce(tmp, out(0, 2), {c, rv});
+    const auto fin = b.finalize(out(0, 2), {red});
+    if (r == 1) b.copy(out(0, 2), a, {stage, fin});  // reuses the staging area while the send may read it
+    g.push_back(std::move(b).build());
+  }
+  EXPECT_TRUE(fails_with(g, {"race on rank 1", "scratch byte 0", "step 1 (send to peer 0, tag 0", "reads it",
+                             "step 6 (copy", "writes it"}));
+}
+
+TEST(Verify, RaceOnlyInPlace) {
+  // The copy input -> output does not wait for the sends of input: fine out of place,
+  // a race in place where input and output are one memory.
+  const auto g = direct_allreduce(3, 4, {.copy_after_sends = false, .finalize = true});
+  EXPECT_TRUE(passes(g));
+  EXPECT_TRUE(fails_with(g, {"race on rank 0", "(send to peer", "reads it", "step 4 (copy", "in place"}, {.in_place = true}));
+}
+
+TEST(Verify, RingAllgatherWithoutForwardingDependencyRaces) {
+  auto g = ring_allgather(4, 2);
+  auto& s = g[2];
+  s.steps[3].deps.clear();  // forward block 1 before it arrives
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"race on rank 2", "step 2 (recv from peer 1, tag 0", "step 3 (send to peer 3, tag 1"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// b) matching
+
+TEST(Verify, UnmatchedSend) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  s.steps.push_back({step_kind::send, 1, 99, {}, {}, {}});
+  s.steps.back().src = in(0, 2);
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 5", "send to peer 1, tag 99", "no matching recv"}));
+}
+
+TEST(Verify, UnmatchedRecv) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[1];
+  const auto tmp = region{buffer::scratch, s.scratch_bytes, 2 * es};
+  s.scratch_bytes += 2 * es;
+  s.steps.push_back({step_kind::recv, 0, 5, {}, tmp, {}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 1 step 5", "recv from peer 0, tag 5", "no matching send"}));
+}
+
+TEST(Verify, MismatchedBytes) {
+  auto g = direct_allreduce(2, 4);
+  auto& s = g[1];
+  s.steps[1].dst.bytes = 2 * es;  // recv expects half
+  s.steps[3].src.bytes = 2 * es;
+  s.steps[3].dst.bytes = 2 * es;
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0", "sends 16 bytes", "rank 1 step 1", "receives 8 bytes"}));
+}
+
+TEST(Verify, DuplicateTag) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  s.steps.push_back({step_kind::send, 1, 0, in(0, 2), {}, {}});
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"duplicate message", "rank 0 step 0", "step 5", "send to peer 1, tag 0"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// a) structure
+
+TEST(Verify, RegionOutOfRange) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[1];
+  s.steps[2].dst = out(0, 3);
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 1 step 2", "copy", "dst output[0,12) lies outside the output buffer (8 bytes)"}));
+}
+
+TEST(Verify, ScratchOutOfRange) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  s.scratch_bytes = 4;
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 1", "recv from peer 1", "scratch[0,8) lies outside the scratch buffer"}));
+}
+
+TEST(Verify, UnalignedRegion) {
+  auto g = direct_allreduce(2, 2);
+  auto& s = g[0];
+  s.steps[0].src = {buffer::input, 2, 4};
+  s = rebuild(s);
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0", "send to peer 1", "input[2,6) is not a multiple of elem_size 4"}));
+}
+
+TEST(Verify, PeerIsSelfOrOutOfRange) {
+  auto g = direct_allreduce(2, 2);
+  g[1].steps[0].peer = 1;
+  EXPECT_TRUE(fails_with(g, {"rank 1 step 0", "send to peer 1", "is the rank itself"}));
+  g[1].steps[0].peer = 2;
+  EXPECT_TRUE(fails_with(g, {"rank 1 step 0", "peer 2 is out of range"}));
+}
+
+TEST(Verify, DependencyOnLaterStep) {
+  auto g = direct_allreduce(2, 2);
+  g[0].steps[2].deps = {4};  // not through builder: it would refuse
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 2", "depends on step 4, which is not earlier"}));
+}
+
+TEST(Verify, SuccessorsOutOfDate) {
+  auto g = direct_allreduce(2, 2);
+  g[0].steps[2].deps = {1};  // edited without rebuilding
+  EXPECT_TRUE(fails_with(g, {"rank 0", "successor lists do not match deps"}));
+}
+
+TEST(Verify, GroupDisagrees) {
+  auto g = direct_allreduce(3, 2);
+  g[2].desc.count = 3;
+  EXPECT_TRUE(fails_with(g, {"rank 2", "descriptor (allreduce size 3 count 3", "differs from rank 0's"}));
+  g = direct_allreduce(3, 2);
+  std::swap(g[1], g[2]);
+  EXPECT_TRUE(fails_with(g, {"schedule at index 1 says it is rank 2"}));
+  g = direct_allreduce(3, 2);
+  g.pop_back();
+  EXPECT_TRUE(fails_with(g, {"group has 2 schedules", "size 3"}));
+  EXPECT_TRUE(fails_with(group{}, {"empty group"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// scale
+
+TEST(Verify, RingAllgatherOf1024RanksIsQuick) {
+  const auto g = ring_allgather(1024, 2);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(passes(g, {.in_place = true}));
+  const auto s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("ring allgather p=1024 count=2: %.3f s\n", s);
+}
+
+TEST(Verify, SixtyFourRanksWithHundredsOfElements) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(passes(ring_allreduce(64, 5)));  // 320 elements
+  EXPECT_TRUE(passes(direct_allreduce(64, 300)));
+  EXPECT_TRUE(passes(direct_reduce_scatter(64, 5)));
+  EXPECT_TRUE(passes(ring_allgather(64, 5), {.in_place = true}));
+  const auto s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("p=64 cases: %.3f s\n", s);
+}
+
+}  // namespace
