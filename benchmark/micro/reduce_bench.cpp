@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,13 +66,16 @@ template <class Op> void bench_combine(benchmark::State& state) {
 class summary_reporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
+    // One value a benchmark: the run itself, or with --benchmark_repetitions the median.
     for (const Run& run : runs) {
-      if (run.skipped || run.run_type != Run::RT_Iteration) continue;
-      const std::string name = run.benchmark_name();  // "<kernel>/<bytes>"
-      const auto slash = name.rfind('/');
+      const bool median = run.run_type == Run::RT_Aggregate && run.aggregate_name == "median";
+      if (run.error_occurred || !(run.run_type == Run::RT_Iteration || median)) continue;
+      const std::string& name = run.run_name.function_name;  // the kernel, e.g. "sum<float>"
       const auto it = run.counters.find(bytes_per_second);
-      if (slash == std::string::npos || it == run.counters.end()) continue;
-      rates_[std::stoll(name.substr(slash + 1))][name.substr(0, slash)] = it->second.value;
+      if (it == run.counters.end() || name.empty()) continue;
+      const std::int64_t size = std::stoll(run.run_name.args);  // "<bytes>"
+      if (median || !medians_.contains({size, name})) rates_[size][name] = it->second.value;
+      if (median) medians_.insert({size, name});
     }
     ConsoleReporter::ReportRuns(runs);
   }
@@ -92,6 +96,7 @@ class summary_reporter : public benchmark::ConsoleReporter {
 
  private:
   std::map<std::int64_t, std::map<std::string, double>> rates_;
+  std::set<std::pair<std::int64_t, std::string>> medians_;
 };
 
 template <class Op> void add_combine(std::vector<std::string>& names, const char* name) {

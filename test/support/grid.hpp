@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -32,27 +33,46 @@ constexpr bool quick =
     false;
 #endif
 
+/// World sizes 1..16 (quick mode: a spread of them, odd, even and powers of two).
+inline std::vector<int> grid_world_sizes() {
+  if (quick) return {1, 2, 3, 4, 5, 8, 13, 16};
+  std::vector<int> sizes;
+  for (int p = 1; p <= 16; ++p) sizes.push_back(p);
+  return sizes;
+}
+
 /// The grid's counts for a group of p: edge cases around p, and large ones.
 inline std::vector<std::size_t> grid_counts(int p, std::size_t largest) {
-  std::vector<std::size_t> counts{0, 1, 2, 3, 7, std::size_t(p) - 1, std::size_t(p), std::size_t(p) + 1, 1000, 65537};
-  if (!quick) counts.push_back(largest);
+  std::vector<std::size_t> counts{0, 1, 2, 3, 7, std::size_t(p) - 1, std::size_t(p), std::size_t(p) + 1, 1000};
+  if (!quick) counts.insert(counts.end(), {65537, largest});
   return counts;
 }
 
-/// Values that keep every operation's result representable: any value for integers
-/// (their arithmetic wraps, exactly), near one for floating-point products.
+/// splitmix64: fast, and good enough to make every element different.
+struct random_stream {
+  std::uint64_t state;
+  std::uint64_t next() {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
+};
+
+/// Values that keep every operation's result representable: small integers (their
+/// arithmetic wraps anyway, exactly), floats near one for products.
 template <class Op>
 std::vector<typename Op::value_type> random_values(std::size_t n, std::uint64_t seed) {
   using T = typename Op::value_type;
-  std::mt19937_64 gen(seed);
+  random_stream gen{seed * 0x2545f4914f6cdd1dull};
   std::vector<T> v(n);
   if constexpr (std::is_integral_v<T>) {
-    std::uniform_int_distribution<std::int64_t> d(std::is_signed_v<T> ? -100 : 0, 100);
-    for (auto& x : v) x = static_cast<T>(d(gen));
+    const std::int64_t lo = std::is_signed_v<T> ? -100 : 0;
+    for (auto& x : v) x = static_cast<T>(lo + static_cast<std::int64_t>(gen.next() % 201));
   } else {
     const bool product = Op::kind == reduce::op_kind::prod;
-    std::uniform_real_distribution<double> d(product ? 0.8 : -1.0, product ? 1.25 : 1.0);
-    for (auto& x : v) x = T(static_cast<float>(d(gen)));
+    for (auto& x : v) x = T(static_cast<float>(gen.uniform(product ? 0.8 : -1.0, product ? 1.25 : 1.0)));
   }
   return v;
 }

@@ -225,6 +225,10 @@ class verifier {
       l.elems[2] = (s.scratch_bytes + es_ - 1) / es_;
     }
     if (offsets_.back() >= no_step) return fail("group has too many steps to verify");
+    rank_of_.resize(offsets_.back());
+    for (int r = 0; r < p_; ++r)
+      std::fill(rank_of_.begin() + std::ptrdiff_t(offsets_[std::size_t(r)]),
+                rank_of_.begin() + std::ptrdiff_t(offsets_[std::size_t(r) + 1]), std::uint32_t(r));
     return true;
   }
 
@@ -249,58 +253,82 @@ class verifier {
   }
 
   // --- b) matching ---------------------------------------------------------------------
-  struct endpoint {
-    std::uint64_t key;  // (sender * size + receiver) << 32 | tag
-    std::uint32_t rank;
-    std::uint32_t step;
-    friend bool operator<(const endpoint& a, const endpoint& b) {
-      return a.key != b.key ? a.key < b.key : a.rank != b.rank ? a.rank < b.rank : a.step < b.step;
-    }
+  // One entry a (sender, receiver, tag) in an open-addressing table: the send and the
+  // receive that carry it, as global step ids. Linear in the number of messages.
+  struct message {
+    std::uint64_t key = 0;  // (sender * size + receiver) << 32 | tag
+    std::uint32_t send = no_step, recv = no_step;  // both unset: an empty slot
   };
 
+  std::uint64_t key_of(int r, const step& st) const {
+    const bool is_send = st.kind == step_kind::send;
+    const auto sender = std::uint64_t(is_send ? r : st.peer), receiver = std::uint64_t(is_send ? st.peer : r);
+    return ((sender * std::uint64_t(p_) + receiver) << 32) | st.tag;
+  }
+
+  message& find(std::uint64_t key) {
+    auto h = key;  // splitmix64's finalizer: every key bit reaches the low bits
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    for (auto slot = h & (messages_.size() - 1);; slot = (slot + 1) & (messages_.size() - 1)) {
+      auto& m = messages_[slot];
+      if (m.key == key || (m.send == no_step && m.recv == no_step)) {
+        m.key = key;
+        return m;
+      }
+    }
+  }
+
+  std::string where(std::uint32_t g) const {
+    const auto r = int(rank_of_[g]);
+    return where(r, g - offsets_[std::size_t(r)]);
+  }
+
   bool match() {
-    std::vector<endpoint> sends, recvs;
+    std::size_t comm = 0;
+    for (const auto& s : group_)
+      for (const auto& st : s.steps) comm += is_communication(st.kind) ? 1 : 0;
+    messages_.assign(std::bit_ceil(2 * comm + 2), {});
+    partner_.assign(offsets_.back(), no_step);
+    // Receives first, then sends: duplicates of either show before anything is missing,
+    // and each send finds its receive.
+    for (bool sends : {false, true})
+      for (int r = 0; r < p_; ++r)
+        for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i) {
+          const auto& st = at(r, i);
+          if (!is_communication(st.kind) || (st.kind == step_kind::send) != sends) continue;
+          auto& m = find(key_of(r, st));
+          auto& mine = sends ? m.send : m.recv;
+          const auto g = std::uint32_t(offsets_[std::size_t(r)] + i);
+          if (mine != no_step)
+            return fail("duplicate message: " + where(mine) + " and " + where(g) + " use the same peer and tag");
+          mine = g;
+          if (sends && m.recv != no_step) {
+            partner_[g] = m.recv;
+            partner_[m.recv] = g;
+          }
+        }
     for (int r = 0; r < p_; ++r)
       for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i) {
         const auto& st = at(r, i);
         if (!is_communication(st.kind)) continue;
-        const bool is_send = st.kind == step_kind::send;
-        const auto sender = std::uint64_t(is_send ? r : st.peer), receiver = std::uint64_t(is_send ? st.peer : r);
-        (is_send ? sends : recvs).push_back({((sender * std::uint64_t(p_) + receiver) << 32) | st.tag,
-                                             std::uint32_t(r), std::uint32_t(i)});
+        const auto other = partner_[offsets_[std::size_t(r)] + i];
+        if (st.kind != step_kind::send) {
+          if (other == no_step)
+            return fail(where(r, i) + " has no matching send on rank " + std::to_string(st.peer) + " to peer " +
+                        std::to_string(r) + " with tag " + std::to_string(st.tag));
+          continue;
+        }
+        if (other == no_step)
+          return fail(where(r, i) + " has no matching recv or recv_reduce on rank " + std::to_string(st.peer) +
+                      " from peer " + std::to_string(r) + " with tag " + std::to_string(st.tag));
+        const auto& theirs = at(st.peer, other - offsets_[std::size_t(st.peer)]);
+        if (st.src.bytes != theirs.dst.bytes)
+          return fail(where(r, i) + " sends " + std::to_string(st.src.bytes) + " bytes but " + where(other) +
+                      " receives " + std::to_string(theirs.dst.bytes) + " bytes");
       }
-    std::sort(sends.begin(), sends.end());
-    std::sort(recvs.begin(), recvs.end());
-    for (auto* list : {&sends, &recvs})
-      for (std::size_t k = 1; k < list->size(); ++k) {
-        const auto &a = (*list)[k - 1], &b = (*list)[k];
-        if (a.key == b.key)
-          return fail("duplicate message: " + where(int(a.rank), a.step) + " and step " + std::to_string(b.step) +
-                      " (" + to_string(at(int(b.rank), b.step)) + ") use the same peer and tag");
-      }
-    partner_.assign(offsets_.back(), no_step);
-    std::size_t s = 0, v = 0;
-    while (s < sends.size() || v < recvs.size()) {
-      if (v == recvs.size() || (s < sends.size() && sends[s].key < recvs[v].key)) {
-        const auto& e = sends[s];
-        return fail(where(int(e.rank), e.step) + " has no matching recv or recv_reduce on rank " +
-                    std::to_string(at(int(e.rank), e.step).peer) + " from peer " + std::to_string(e.rank) +
-                    " with tag " + std::to_string(at(int(e.rank), e.step).tag));
-      }
-      if (s == sends.size() || recvs[v].key < sends[s].key) {
-        const auto& e = recvs[v];
-        return fail(where(int(e.rank), e.step) + " has no matching send on rank " +
-                    std::to_string(at(int(e.rank), e.step).peer) + " to peer " + std::to_string(e.rank) +
-                    " with tag " + std::to_string(at(int(e.rank), e.step).tag));
-      }
-      const auto &a = sends[s++], &b = recvs[v++];
-      const auto &sa = at(int(a.rank), a.step), &sb = at(int(b.rank), b.step);
-      if (sa.src.bytes != sb.dst.bytes)
-        return fail(where(int(a.rank), a.step) + " sends " + std::to_string(sa.src.bytes) + " bytes but " +
-                    where(int(b.rank), b.step) + " receives " + std::to_string(sb.dst.bytes) + " bytes");
-      partner_[offsets_[a.rank] + a.step] = std::uint32_t(offsets_[b.rank] + b.step);
-      partner_[offsets_[b.rank] + b.step] = std::uint32_t(offsets_[a.rank] + a.step);
-    }
+    messages_ = {};  // 16 bytes a message: give it back before simulating
     return true;
   }
 
@@ -318,14 +346,18 @@ class verifier {
     const auto& steps = group_[std::size_t(r)].steps;
     const auto n = steps.size();
     const auto w = (n + 63) / 64;
-    reach_.assign(n * w, 0);  // reach_[i] holds the steps that complete before i starts
-    for (std::size_t i = 0; i < n; ++i)
+    reach_.assign(n * w, 0);  // row i holds the steps that complete before step i starts
+    std::uint64_t* const reach = reach_.data();  // raw pointers: this is the hot loop
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t* const row = reach + i * w;
       for (step_id d : steps[i].deps) {
-        for (std::size_t k = 0; k < w; ++k) reach_[i * w + k] |= reach_[std::size_t(d) * w + k];
-        reach_[i * w + d / 64] |= std::uint64_t(1) << (d % 64);
+        const std::uint64_t* const from = reach + std::size_t(d) * w;
+        for (std::size_t k = 0; k <= d / 64; ++k) row[k] |= from[k];  // from has no bits past d
+        row[d / 64] |= std::uint64_t(1) << (d % 64);
       }
-    const auto ordered = [&](std::size_t before, std::size_t after) {
-      return (reach_[after * w + before / 64] >> (before % 64) & 1) != 0;
+    }
+    const auto ordered = [reach, w](std::size_t before, std::size_t after) {
+      return (reach[after * w + before / 64] >> (before % 64) & 1) != 0;
     };
 
     const auto& l = layouts_[std::size_t(r)];
@@ -343,17 +375,19 @@ class verifier {
                   (options_.in_place ? " (in place: input and output are one memory)" : ""));
     };
 
+    std::uint32_t* const last_write = last_write_.data();
+    std::uint32_t* const reads = reads_.data();
     for (std::size_t i = 0; i < n; ++i) {
       const auto& st = steps[i];
       if (reads_src(st.kind)) {
         const auto first = base[l.array[std::size_t(st.src.where)]] + first_elem(r, st.src);
         for (std::size_t k = 0; k < st.src.bytes / es_; ++k) {
           const auto x = first + k;
-          const auto lw = last_write_[x];
+          const auto lw = last_write[x];
           if (lw != no_step && lw != i && !ordered(lw, i)) return race(lw, true, i, false, st.src, k);
-          if (reads_[x] == no_step || read_nodes_[reads_[x]].first != i) {
-            read_nodes_.emplace_back(std::uint32_t(i), reads_[x]);
-            reads_[x] = std::uint32_t(read_nodes_.size() - 1);
+          if (reads[x] == no_step || read_nodes_[reads[x]].first != i) {
+            read_nodes_.emplace_back(std::uint32_t(i), reads[x]);
+            reads[x] = std::uint32_t(read_nodes_.size() - 1);
           }
         }
       }
@@ -361,14 +395,14 @@ class verifier {
         const auto first = base[l.array[std::size_t(st.dst.where)]] + first_elem(r, st.dst);
         for (std::size_t k = 0; k < st.dst.bytes / es_; ++k) {
           const auto x = first + k;
-          const auto lw = last_write_[x];
+          const auto lw = last_write[x];
           if (lw != no_step && lw != i && !ordered(lw, i)) return race(lw, true, i, true, st.dst, k);
-          for (auto node = reads_[x]; node != no_step; node = read_nodes_[node].second) {
+          for (auto node = reads[x]; node != no_step; node = read_nodes_[node].second) {
             const auto reader = read_nodes_[node].first;
             if (reader != i && !ordered(reader, i)) return race(reader, false, i, true, st.dst, k);
           }
-          last_write_[x] = std::uint32_t(i);
-          reads_[x] = no_step;
+          last_write[x] = std::uint32_t(i);
+          reads[x] = no_step;
         }
       }
     }
@@ -459,14 +493,12 @@ class verifier {
     const auto total = offsets_.back();
     sets_.emplace(p_);
     // Global step g of rank r is offsets_[r] + i; successor lists over global ids.
-    rank_of_.resize(total);
     pending_.assign(total, 0);
     succ_begin_.assign(total + 1, 0);
     for (int r = 0; r < p_; ++r) {
       const auto& steps = group_[std::size_t(r)].steps;
       for (std::size_t i = 0; i < steps.size(); ++i) {
         const auto g = offsets_[std::size_t(r)] + i;
-        rank_of_[g] = std::uint32_t(r);
         pending_[g] = std::uint32_t(steps[i].deps.size());
         for (step_id d : steps[i].deps) ++succ_begin_[offsets_[std::size_t(r)] + d + 1];
       }
@@ -554,9 +586,11 @@ class verifier {
       const auto base = layouts_[std::size_t(r)].base[std::size_t(buffer::output)];
       for (std::size_t e = 0; e < out_elems; ++e) {
         const auto& v = a[base + e];
-        const auto what = "rank " + std::to_string(r) + " output element " + std::to_string(e) + " (output byte " +
-                          std::to_string(e * es_) + ")";
-        if (!v.defined) return fail(what + " is never written");
+        const auto what = [&] {
+          return "rank " + std::to_string(r) + " output element " + std::to_string(e) + " (output byte " +
+                 std::to_string(e * es_) + ")";
+        };
+        if (!v.defined) return fail(what() + " is never written");
         std::size_t origin = e;
         int only = -1;  // the one rank expected, or -1 for all ranks
         switch (desc_.kind) {
@@ -572,9 +606,9 @@ class verifier {
         const bool set_ok = only < 0 ? sets_->count(v.set) == p_
                                      : sets_->count(v.set) == 1 && sets_->contains(v.set, only);
         if (v.origin == origin && set_ok && v.finalized == want_final) continue;
-        return fail(what + ": expected origin " + std::to_string(origin) + ", ranks " +
-                    (only < 0 ? "all " + std::to_string(p_) : "{" + std::to_string(only) + "}") + ", finalized " +
-                    (reduces ? "once" : "0 times") + " for " + std::string(to_string(desc_.kind)) + "; got origin " +
+        return fail(what() + ": " + std::string(to_string(desc_.kind)) + " expects origin " + std::to_string(origin) +
+                    ", ranks " + (only < 0 ? "all " + std::to_string(p_) : "{" + std::to_string(only) + "}") +
+                    ", finalized " + (reduces ? "once" : "0 times") + "; got origin " +
                     std::to_string(v.origin) + ", ranks " + sets_->describe(v.set) + ", finalized " +
                     std::to_string(v.finalized) + " times");
       }
@@ -590,6 +624,8 @@ class verifier {
   std::size_t es_ = 1;
   std::vector<std::size_t> offsets_;   // rank r's steps are global ids [offsets_[r], offsets_[r+1])
   std::vector<layout> layouts_;
+  std::vector<std::uint32_t> rank_of_;  // of each global step id
+  std::vector<message> messages_;
   std::vector<std::uint32_t> partner_;  // global id of the matching send/recv
   // races (one rank at a time)
   std::vector<std::uint64_t> reach_;
@@ -598,7 +634,7 @@ class verifier {
   // simulation
   std::optional<rank_sets> sets_;
   std::vector<std::vector<value>> memory_;  // rank r's arrays at [3r, 3r+3)
-  std::vector<std::uint32_t> rank_of_, pending_, succ_;
+  std::vector<std::uint32_t> pending_, succ_;
   std::vector<std::size_t> succ_begin_;
   std::vector<std::uint8_t> done_, ready_;
   std::size_t completed_ = 0;

@@ -70,7 +70,7 @@ TEST_P(allreduce_grid, every_operation_and_count_matches_the_reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ring, allreduce_grid,
-                         ::testing::Combine(::testing::Range(1, 17), ::testing::ValuesIn(test::all_dtypes)),
+                         ::testing::Combine(::testing::ValuesIn(test::grid_world_sizes()), ::testing::ValuesIn(test::all_dtypes)),
                          [](const auto& info) {
                            return test::grid_name(std::get<0>(info.param), std::get<1>(info.param));
                          });

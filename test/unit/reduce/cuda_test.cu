@@ -19,6 +19,7 @@ namespace reduce = mimatrix::reduce;
 using mimatrix::bfloat16;
 using mimatrix::half;
 using reduce::test::bits_of;
+using reduce::test::same_result;
 
 #define CHECK_CUDA(call)                                                          \
   do {                                                                            \
@@ -36,16 +37,6 @@ template <class T> struct device_array {
   device_array(const device_array&) = delete;
   device_array& operator=(const device_array&) = delete;
 };
-
-// GPU NaN results carry the canonical payload, the CPU's keep an operand's: inputs avoid NaN,
-// and a NaN result (inf - inf) only has to be a NaN.
-template <class T> bool same_result(T gpu, T cpu) {
-  using A = mimatrix::accumulator_t<T>;
-  if constexpr (std::is_floating_point_v<A>)
-    if (std::isnan(static_cast<double>(mimatrix::widen<T>(cpu))))
-      return std::isnan(static_cast<double>(mimatrix::widen<T>(gpu)));
-  return bits_of(gpu) == bits_of(cpu);
-}
 
 template <class Op> class cuda_kernel_test : public ::testing::Test {
  protected:

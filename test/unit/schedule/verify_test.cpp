@@ -241,7 +241,8 @@ TEST(Verify, OrThrowThrowsInvalidArgument) {
 
 TEST(Verify, MissingFinalize) {
   EXPECT_TRUE(fails_with(direct_allreduce(2, 3, {.copy_after_sends = true, .finalize = false}),
-                         {"rank 0 output element 0", "finalized 0 times", "expected", "finalized once"}));
+                         {"rank 0 output element 0", "allreduce expects origin 0, ranks all 2, finalized once",
+                          "got origin 0, ranks {0, 1}, finalized 0 times"}));
 }
 
 TEST(Verify, DoubleFinalize) {

@@ -64,6 +64,7 @@ class inproc_execution final : public mimatrix::detail::operation {
 
   void wait(std::error_code& ec) override {
     auto& box = world_.box(rank_);
+    int spins = 0;
     while (true) {
       std::uint64_t seen;
       {
@@ -74,6 +75,13 @@ class inproc_execution final : public mimatrix::detail::operation {
       }
       if (finished()) break;
       if (check_peers_and_deadline()) break;
+      // Yield a few times before sleeping: a peer is usually microseconds away, and a
+      // futex wake-up costs more than that when threads outnumber cores.
+      if (spins++ < spin_limit) {
+        std::this_thread::yield();
+        continue;
+      }
+      spins = 0;
       std::unique_lock lock(box.mutex);
       box.changed.wait_until(lock, deadline_, [&] { return box.generation != seen; });
     }
@@ -84,6 +92,7 @@ class inproc_execution final : public mimatrix::detail::operation {
 
  private:
   enum class phase { joining, running, checking, done, failed };
+  static constexpr int spin_limit = 64;
 
   bool finished() const { return phase_ == phase::done || phase_ == phase::failed; }
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }

@@ -1,0 +1,39 @@
+#include "mimatrix/core/options.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace mimatrix {
+namespace {
+
+TEST(options, default_deadline_is_finite) {
+  ::unsetenv("MIMATRIX_TIMEOUT_MS");
+  const auto o = options::from_environment();
+  EXPECT_GT(o.timeout.count(), 0);
+  EXPECT_LE(o.timeout, std::chrono::hours(1));
+}
+
+TEST(options, the_environment_sets_the_deadline) {
+  ::setenv("MIMATRIX_TIMEOUT_MS", "1234", 1);
+  EXPECT_EQ(options::from_environment().timeout, std::chrono::milliseconds(1234));
+  ::unsetenv("MIMATRIX_TIMEOUT_MS");
+}
+
+TEST(options, a_bad_deadline_in_the_environment_is_an_error_that_quotes_it) {
+  for (const char* bad : {"soon", "-5", "0", "10s"}) {
+    ::setenv("MIMATRIX_TIMEOUT_MS", bad, 1);
+    try {
+      (void)options::from_environment();
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("MIMATRIX_TIMEOUT_MS");
+}
+
+}  // namespace
+}  // namespace mimatrix
