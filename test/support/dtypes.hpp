@@ -3,10 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <type_traits>
 
 #include "mimatrix/core/dtype.hpp"
+
+namespace mimatrix {
+
+/// gtest prints dtype parameters with this (found by ADL) instead of their bytes.
+inline void PrintTo(dtype t, std::ostream* os) { *os << to_string(t); }
+
+}  // namespace mimatrix
 
 namespace mimatrix::test {
 

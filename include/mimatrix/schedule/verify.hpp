@@ -253,18 +253,12 @@ class verifier {
   }
 
   // --- b) matching ---------------------------------------------------------------------
-  // One entry a (sender, receiver, tag) in an open-addressing table: the send and the
-  // receive that carry it, as global step ids. Linear in the number of messages.
+  // Receiver by receiver: a small open-addressing table of its receives, keyed by
+  // (sender, tag), that the sends to it then look up. Linear, and the table stays in cache.
   struct message {
-    std::uint64_t key = 0;  // (sender * size + receiver) << 32 | tag
-    std::uint32_t send = no_step, recv = no_step;  // both unset: an empty slot
+    std::uint64_t key = 0;  // sender << 32 | tag
+    std::uint32_t send = no_step, recv = no_step;  // global step ids; both unset: an empty slot
   };
-
-  std::uint64_t key_of(int r, const step& st) const {
-    const bool is_send = st.kind == step_kind::send;
-    const auto sender = std::uint64_t(is_send ? r : st.peer), receiver = std::uint64_t(is_send ? st.peer : r);
-    return ((sender * std::uint64_t(p_) + receiver) << 32) | st.tag;
-  }
 
   message& find(std::uint64_t key) {
     auto h = key;  // splitmix64's finalizer: every key bit reaches the low bits
@@ -286,29 +280,48 @@ class verifier {
   }
 
   bool match() {
-    std::size_t comm = 0;
-    for (const auto& s : group_)
-      for (const auto& st : s.steps) comm += is_communication(st.kind) ? 1 : 0;
-    messages_.assign(std::bit_ceil(2 * comm + 2), {});
+    // Sends grouped by receiver (a counting sort, so each group keeps global order).
+    std::vector<std::uint32_t> begin(std::size_t(p_) + 1, 0);
+    for (int r = 0; r < p_; ++r)
+      for (const auto& st : group_[std::size_t(r)].steps)
+        if (st.kind == step_kind::send) ++begin[std::size_t(st.peer) + 1];
+    for (std::size_t b = 0; b < std::size_t(p_); ++b) begin[b + 1] += begin[b];
+    std::vector<std::uint32_t> sends(begin.back()), fill(begin.begin(), begin.end() - 1);
+    for (int r = 0; r < p_; ++r)
+      for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i)
+        if (const auto& st = at(r, i); st.kind == step_kind::send)
+          sends[fill[std::size_t(st.peer)]++] = std::uint32_t(offsets_[std::size_t(r)] + i);
+
     partner_.assign(offsets_.back(), no_step);
-    // Receives first, then sends: duplicates of either show before anything is missing,
-    // and each send finds its receive.
-    for (bool sends : {false, true})
-      for (int r = 0; r < p_; ++r)
-        for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i) {
-          const auto& st = at(r, i);
-          if (!is_communication(st.kind) || (st.kind == step_kind::send) != sends) continue;
-          auto& m = find(key_of(r, st));
-          auto& mine = sends ? m.send : m.recv;
-          const auto g = std::uint32_t(offsets_[std::size_t(r)] + i);
-          if (mine != no_step)
-            return fail("duplicate message: " + where(mine) + " and " + where(g) + " use the same peer and tag");
-          mine = g;
-          if (sends && m.recv != no_step) {
-            partner_[g] = m.recv;
-            partner_[m.recv] = g;
-          }
+    for (int b = 0; b < p_; ++b) {
+      const auto& steps = group_[std::size_t(b)].steps;
+      std::size_t recvs = 0;
+      for (const auto& st : steps) recvs += is_communication(st.kind) && st.kind != step_kind::send ? 1 : 0;
+      messages_.assign(std::bit_ceil(2 * recvs + 2), {});
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto& st = steps[i];
+        if (!is_communication(st.kind) || st.kind == step_kind::send) continue;
+        auto& m = find((std::uint64_t(st.peer) << 32) | st.tag);
+        const auto g = std::uint32_t(offsets_[std::size_t(b)] + i);
+        if (m.recv != no_step)
+          return fail("duplicate message: " + where(m.recv) + " and " + where(g) + " use the same peer and tag");
+        m.recv = g;
+      }
+      for (auto k = begin[std::size_t(b)]; k < begin[std::size_t(b) + 1]; ++k) {
+        const auto g = sends[k];
+        const auto a = rank_of_[g];
+        auto& m = find((std::uint64_t(a) << 32) | at(int(a), g - offsets_[a]).tag);
+        if (m.send != no_step)
+          return fail("duplicate message: " + where(m.send) + " and " + where(g) + " use the same peer and tag");
+        m.send = g;
+        if (m.recv != no_step) {
+          partner_[g] = m.recv;
+          partner_[m.recv] = g;
         }
+      }
+    }
+    messages_ = {};
+
     for (int r = 0; r < p_; ++r)
       for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i) {
         const auto& st = at(r, i);
@@ -328,7 +341,6 @@ class verifier {
           return fail(where(r, i) + " sends " + std::to_string(st.src.bytes) + " bytes but " + where(other) +
                       " receives " + std::to_string(theirs.dst.bytes) + " bytes");
       }
-    messages_ = {};  // 16 bytes a message: give it back before simulating
     return true;
   }
 

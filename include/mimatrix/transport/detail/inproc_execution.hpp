@@ -74,7 +74,6 @@ class inproc_execution final : public mimatrix::detail::operation {
       while (advance()) {
       }
       if (finished()) break;
-      if (check_peers_and_deadline()) break;
       // Yield a few times before sleeping: a peer is usually microseconds away, and a
       // futex wake-up costs more than that when threads outnumber cores.
       if (spins++ < spin_limit) {
@@ -82,6 +81,7 @@ class inproc_execution final : public mimatrix::detail::operation {
         continue;
       }
       spins = 0;
+      if (check_peers_and_deadline()) break;
       std::unique_lock lock(box.mutex);
       box.changed.wait_until(lock, deadline_, [&] { return box.generation != seen; });
     }
