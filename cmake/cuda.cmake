@@ -1,11 +1,15 @@
 # mimatrix::cuda: the CUDA kernels' target, made when a CUDA compiler is found
 # (/usr/local/cuda is searched too). Host-only builds never see CUDA headers.
+set(MIMATRIX_HAS_CUDA OFF)
+if(NOT MIMATRIX_ENABLE_CUDA)
+  message(STATUS "mimatrix: CUDA kernels OFF (MIMATRIX_ENABLE_CUDA)")
+  return()
+endif()
 include(CheckLanguage)
 if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
   set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
 endif()
 check_language(CUDA)
-set(MIMATRIX_HAS_CUDA OFF)
 if(CMAKE_CUDA_COMPILER)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 80 90)  # A100 and H100/H200
