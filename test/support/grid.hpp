@@ -41,10 +41,12 @@ inline std::vector<int> grid_world_sizes() {
   return sizes;
 }
 
-/// The grid's counts for a group of p: edge cases around p, and large ones.
+/// The grid's counts for a group of p: edge cases around p, and large ones (`largest`
+/// is left out when 0).
 inline std::vector<std::size_t> grid_counts(int p, std::size_t largest) {
   std::vector<std::size_t> counts{0, 1, 2, 3, 7, std::size_t(p) - 1, std::size_t(p), std::size_t(p) + 1, 1000};
-  if (!quick) counts.insert(counts.end(), {65537, largest});
+  if (!quick) counts.push_back(65537);
+  if (!quick && largest) counts.push_back(largest);
   return counts;
 }
 
@@ -89,40 +91,76 @@ template <class T> double to_double(T v) {
   else return static_cast<double>(v);
 }
 
-/// The reference reduction of one element over all ranks, and how far a correct
-/// result may be from it: exact for integers, min and max; for floating-point sums
-/// and products, p rounding steps of the element type (each hop rounds).
-template <class Op>
+/// The reference reduction of every element over all ranks, and how far a correct
+/// result may be from it: exact for integers, min and max; for floating-point sums and
+/// products, about p rounding steps of the element type (each hop rounds). Computed
+/// rank by rank, streaming through memory.
 struct reference {
-  double value = 0;
-  double tolerance = 0;
+  std::vector<double> value;
+  std::vector<double> tolerance;  // empty when every result must be exact
 };
 
 template <class Op>
-reference<Op> reduce_reference(const std::vector<std::vector<typename Op::value_type>>& inputs, std::size_t e) {
+reference reduce_reference(const std::vector<std::vector<typename Op::value_type>>& inputs) {
   using T = typename Op::value_type;
   const Op op{};
   const int p = static_cast<int>(inputs.size());
+  const std::size_t n = inputs.empty() ? 0 : inputs[0].size();
+  reference ref;
+  ref.value.resize(n);
   if constexpr (std::is_integral_v<T>) {
-    auto acc = widen<T>(inputs[0][e]);
-    for (int r = 1; r < p; ++r) acc = op(acc, widen<T>(inputs[r][e]));
-    return {static_cast<double>(narrow<T>(op.finalize(acc, p))), 0};
+    std::vector<accumulator_t<T>> acc(n);
+    for (std::size_t e = 0; e < n; ++e) acc[e] = widen<T>(inputs[0][e]);
+    for (int r = 1; r < p; ++r)
+      for (std::size_t e = 0; e < n; ++e) acc[e] = op(acc[e], widen<T>(inputs[r][e]));
+    for (std::size_t e = 0; e < n; ++e) ref.value[e] = static_cast<double>(narrow<T>(op.finalize(acc[e], p)));
   } else {
-    double acc = to_double(inputs[0][e]), magnitude = std::abs(acc);
-    for (int r = 1; r < p; ++r) {
-      const double x = to_double(inputs[r][e]);
-      switch (Op::kind) {
-        case reduce::op_kind::sum: case reduce::op_kind::avg: acc += x; magnitude += std::abs(x); break;
-        case reduce::op_kind::prod: acc *= x; break;
-        case reduce::op_kind::min: acc = std::min(acc, x); break;
-        case reduce::op_kind::max: acc = std::max(acc, x); break;
+    constexpr auto kind = Op::kind;
+    constexpr bool exact = kind == reduce::op_kind::min || kind == reduce::op_kind::max;
+    std::vector<double>& acc = ref.value;
+    std::vector<double> magnitude(exact ? 0 : n);
+    for (std::size_t e = 0; e < n; ++e) acc[e] = to_double(inputs[0][e]);
+    if (!exact)
+      for (std::size_t e = 0; e < n; ++e) magnitude[e] = std::abs(acc[e]);
+    for (int r = 1; r < p; ++r)
+      for (std::size_t e = 0; e < n; ++e) {
+        const double x = to_double(inputs[r][e]);
+        if constexpr (kind == reduce::op_kind::sum || kind == reduce::op_kind::avg) {
+          acc[e] += x;
+          magnitude[e] += std::abs(x);
+        } else if constexpr (kind == reduce::op_kind::prod) {
+          acc[e] *= x;
+        } else if constexpr (kind == reduce::op_kind::min) {
+          acc[e] = std::min(acc[e], x);
+        } else {
+          acc[e] = std::max(acc[e], x);
+        }
+      }
+    if constexpr (!exact) {
+      const double steps = 2.0 * (p + 1) * epsilon<T>();
+      ref.tolerance.resize(n);
+      for (std::size_t e = 0; e < n; ++e) {
+        if constexpr (kind == reduce::op_kind::prod) magnitude[e] = std::abs(acc[e]);
+        if constexpr (kind == reduce::op_kind::avg) {
+          acc[e] /= p;
+          magnitude[e] /= p;
+        }
+        ref.tolerance[e] = steps * magnitude[e];
       }
     }
-    if (Op::kind == reduce::op_kind::prod) magnitude = std::abs(acc);
-    if (Op::kind == reduce::op_kind::avg) { acc /= p; magnitude /= p; }
-    const bool exact = Op::kind == reduce::op_kind::min || Op::kind == reduce::op_kind::max;
-    return {acc, exact ? 0.0 : 2.0 * (p + 1) * epsilon<T>() * magnitude};
   }
+  return ref;
+}
+
+/// Where `got` (elements [offset, offset + n) of the result) first misses the reference,
+/// or npos.
+template <class T>
+std::size_t first_miss(const std::vector<T>& got, const reference& ref, std::size_t offset = 0) {
+  for (std::size_t e = 0; e < got.size(); ++e) {
+    const double d = std::abs(to_double(got[e]) - ref.value[offset + e]);
+    if (ref.tolerance.empty() ? d != 0 : !(d <= ref.tolerance[offset + e])) return e;
+  }
+  return static_cast<std::size_t>(-1);
 }
 
 }  // namespace mimatrix::test
