@@ -35,24 +35,34 @@ inline std::string to_string(const region& r) {
 }
 
 /// "recv_reduce from peer 2, tag 7, src output[0,64), dst output[0,64)": only the fields
-/// the kind uses.
+/// the kind uses. One-sided: "write to peer 1, tag 0, src input[0,16), dst peer's
+/// scratch[0,16)", "notify peer 3, tag 2", "wait tag 1 for 3 flags".
 inline std::string to_string(const step& st) {
   std::string s(to_string(st.kind));
-  if (is_communication(st.kind)) {
-    s += st.kind == step_kind::send ? " to peer " : " from peer ";
+  if (is_communication(st.kind) || is_one_sided(st.kind)) {
+    s += st.kind == step_kind::send || st.kind == step_kind::write ? " to peer "
+         : st.kind == step_kind::notify                            ? " peer "
+                                                                   : " from peer ";
     s += std::to_string(st.peer);
     s += ", tag ";
     s += std::to_string(st.tag);
-    s += ',';
+    if (st.kind != step_kind::notify) s += ',';
   }
+  if (st.kind == step_kind::wait) {
+    s += " tag " + std::to_string(st.tag) + " for " + std::to_string(st.count) + (st.count == 1 ? " flag" : " flags");
+    return s;
+  }
+  if (st.kind == step_kind::notify || st.kind == step_kind::wait) return s;
   if (st.kind == step_kind::send || st.kind == step_kind::recv_reduce || st.kind == step_kind::reduce ||
-      st.kind == step_kind::copy) {
+      st.kind == step_kind::copy || st.kind == step_kind::write || st.kind == step_kind::reduce_slots) {
     s += " src ";
     s += to_string(st.src);
+    if (st.kind == step_kind::reduce_slots && st.dst.bytes)
+      s += " (" + std::to_string(st.src.bytes / st.dst.bytes) + " slots)";
   }
   if (st.kind != step_kind::send) {
     if (st.kind != step_kind::recv && st.kind != step_kind::finalize) s += ',';
-    s += " dst ";
+    s += st.kind == step_kind::write ? " dst peer's " : " dst ";
     s += to_string(st.dst);
   }
   return s;
@@ -104,11 +114,13 @@ inline std::string dot_node(int rank, std::size_t step) {
 }  // namespace detail
 
 /// Graphviz DOT for a group (group[r] is rank r): a cluster a rank, dependency edges
-/// solid, a dashed edge from each send to the recv it meets. Render with `dot -Tsvg`.
+/// solid, a dashed edge from each send to the recv it meets and a dotted one from each
+/// write or notify to the wait that counts its flag. Render with `dot -Tsvg`.
 inline std::string to_dot(std::span<const schedule> group) {
   std::string out = "digraph schedule {\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
   // (sender, receiver, tag) -> receiving step, to draw message edges.
   std::map<std::tuple<int, int, std::uint32_t>, std::size_t> recvs;
+  std::map<std::tuple<int, std::uint32_t>, std::size_t> waits;  // (rank, tag) -> wait step
   for (const auto& s : group) {
     out += "  subgraph cluster_" + std::to_string(s.rank) + " {\n    label=\"rank " +
            std::to_string(s.rank) + " (" + detail::dot_escape(s.algorithm) + ")\";\n";
@@ -120,12 +132,20 @@ inline std::string to_dot(std::span<const schedule> group) {
         out += "    " + detail::dot_node(s.rank, d) + " -> " + detail::dot_node(s.rank, i) + ";\n";
       if (st.kind == step_kind::recv || st.kind == step_kind::recv_reduce)
         recvs.emplace(std::tuple{st.peer, s.rank, st.tag}, i);
+      if (st.kind == step_kind::wait) waits.emplace(std::tuple{s.rank, st.tag}, i);
     }
     out += "  }\n";
   }
   for (const auto& s : group)
     for (std::size_t i = 0; i < s.steps.size(); ++i) {
       const auto& st = s.steps[i];
+      if (is_one_sided(st.kind)) {
+        auto w = waits.find({st.peer, st.tag});
+        if (w != waits.end())
+          out += "  " + detail::dot_node(s.rank, i) + " -> " + detail::dot_node(st.peer, w->second) +
+                 " [style=dotted];\n";
+        continue;
+      }
       if (st.kind != step_kind::send) continue;
       auto it = recvs.find({s.rank, st.peer, st.tag});
       if (it == recvs.end()) continue;  // unmatched: verify() reports it

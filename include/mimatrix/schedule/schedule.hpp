@@ -73,6 +73,16 @@ enum class step_kind : std::uint8_t {
   reduce,       // dst = op(dst, src), locally
   copy,         // dst = src, locally
   finalize,     // dst = op.finalize(dst, size): applied exactly once to every result element
+  // One-sided steps (write-with-immediate, like FI_REMOTE_CQ_DATA). A flag is
+  // (writer, tag, call sequence number): a flag of call k never satisfies a wait of call
+  // k+1, so flags never need resetting.
+  write,         // src -> dst in the PEER's output or scratch, then raises flag `tag` at
+                 // the peer; completes once the data has landed (src may be reused)
+  notify,        // raises flag `tag` at the peer without data; completes once raised
+  wait,          // completes once `count` flags with `tag` have arrived for this call
+                 // (one from each of `count` peers); count 0 is a pure join of its deps
+  reduce_slots,  // dst = op(dst, slot 0, ..., slot k-1): src is k back-to-back slots of
+                 // dst.bytes each, combined in one pass over memory
 };
 
 constexpr std::string_view to_string(step_kind k) {
@@ -83,27 +93,45 @@ constexpr std::string_view to_string(step_kind k) {
     case step_kind::reduce: return "reduce";
     case step_kind::copy: return "copy";
     case step_kind::finalize: return "finalize";
+    case step_kind::write: return "write";
+    case step_kind::notify: return "notify";
+    case step_kind::wait: return "wait";
+    case step_kind::reduce_slots: return "reduce_slots";
   }
   return "?";
 }
 
+/// Two-sided message steps: a send meets one recv or recv_reduce.
 constexpr bool is_communication(step_kind k) {
   return k == step_kind::send || k == step_kind::recv || k == step_kind::recv_reduce;
 }
+
+/// Steps that raise a flag at a peer (and, for write, land data in its buffers).
+constexpr bool is_one_sided(step_kind k) { return k == step_kind::write || k == step_kind::notify; }
+
+/// Steps that name a peer.
+constexpr bool has_peer(step_kind k) { return is_communication(k) || is_one_sided(k); }
 
 using step_id = std::uint32_t;
 
 /// One primitive. A send from rank a to b with tag t meets the recv or recv_reduce on b
 /// from a with tag t; each (sender, receiver, tag) occurs once a call, with equal bytes.
+/// A write or notify from a to b with tag t raises a flag that the one wait on b with
+/// tag t counts; each (writer, target, tag) occurs once a call.
 struct step {
   step_kind kind = step_kind::copy;
-  int peer = -1;          // communication steps only
-  std::uint32_t tag = 0;  // communication steps only
-  region src{};           // read: send, recv_reduce, reduce, copy
-  region dst{};           // written: recv, recv_reduce, reduce, copy, finalize
+  int peer = -1;          // communication and one-sided steps only
+  std::uint32_t tag = 0;  // communication, one-sided and wait steps only
+  region src{};           // read: send, recv_reduce, reduce, copy, write, reduce_slots
+  region dst{};           // written: recv, recv_reduce, reduce, copy, finalize, reduce_slots;
+                          // write: a region of the PEER's output or scratch
   std::vector<step_id> deps;  // must complete before this step starts
+  std::uint32_t count = 0;    // wait only: flags to wait for
 
-  std::size_t bytes() const { return kind == step_kind::send ? src.bytes : dst.bytes; }
+  std::size_t bytes() const {
+    return kind == step_kind::send || kind == step_kind::write || kind == step_kind::reduce_slots ? src.bytes
+                                                                                                  : dst.bytes;
+  }
 };
 
 /// One rank's part of one collective call.
@@ -152,12 +180,43 @@ class builder {
   step_id finalize(region dst, std::initializer_list<step_id> deps = {}) {
     return add({step_kind::finalize, -1, 0, {}, dst, deps});
   }
-  /// Adds a step whose dependencies are in a container (for a variable number).
-  template <class Deps>
-  step_id add(step_kind kind, int peer, std::uint32_t tag, region src, region dst, const Deps& deps) {
-    step st{kind, peer, tag, src, dst, {}};
+  /// Lands `src` in `remote_dst` of `peer`'s buffers (output or scratch) and raises flag
+  /// `tag` there.
+  step_id write(int peer, std::uint32_t tag, region src, region remote_dst, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::write, peer, tag, src, remote_dst, deps});
+  }
+  /// Raises flag `tag` at `peer`, without data.
+  step_id notify(int peer, std::uint32_t tag, std::initializer_list<step_id> deps = {}) {
+    return add({step_kind::notify, peer, tag, {}, {}, deps});
+  }
+  /// Completes once `count` peers' flags with `tag` have arrived for this call.
+  template <class Deps = std::initializer_list<step_id>>
+  step_id wait(std::uint32_t tag, std::uint32_t count, const Deps& deps = {}) {
+    step st{step_kind::wait, -1, tag, {}, {}, {}, count};
     st.deps.assign(deps.begin(), deps.end());
     return add(std::move(st));
+  }
+  /// dst = op(dst, slot 0, ..., slot k-1), where `slots` is k back-to-back regions of
+  /// dst.bytes each: one pass over memory however many slots there are.
+  template <class Deps = std::initializer_list<step_id>>
+  step_id reduce_slots(region slots, region dst, const Deps& deps = {}) {
+    return add(step_kind::reduce_slots, -1, 0, slots, dst, deps);
+  }
+  /// Adds a step whose dependencies are in a container (for a variable number).
+  template <class Deps>
+  step_id add(step_kind kind, int peer, std::uint32_t tag, region src, region dst, const Deps& deps,
+              std::uint32_t count = 0) {
+    step st{kind, peer, tag, src, dst, {}, count};
+    st.deps.assign(deps.begin(), deps.end());
+    return add(std::move(st));
+  }
+  /// Adds a copy of `st` (its deps must be earlier steps).
+  step_id add(step st) {
+    const auto id = static_cast<step_id>(s_.steps.size());
+    for (step_id d : st.deps)
+      if (d >= id) throw std::logic_error("schedule::builder: a step may only depend on earlier steps");
+    s_.steps.push_back(std::move(st));
+    return id;
   }
 
   /// Scratch space for this schedule, `bytes` long.
@@ -181,13 +240,6 @@ class builder {
   }
 
  private:
-  step_id add(step st) {
-    const auto id = static_cast<step_id>(s_.steps.size());
-    for (step_id d : st.deps)
-      if (d >= id) throw std::logic_error("schedule::builder: a step may only depend on earlier steps");
-    s_.steps.push_back(std::move(st));
-    return id;
-  }
   schedule s_;
 };
 

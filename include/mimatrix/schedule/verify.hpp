@@ -1,13 +1,16 @@
 // The symbolic verifier: runs a whole group of schedules on sets of contributions instead
-// of numbers and proves structure, matching, race freedom, deadlock freedom and the result.
+// of numbers and proves structure, matching, race freedom (within a rank, and across ranks
+// where one-sided writes land), deadlock freedom and the result.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -116,7 +119,8 @@ class verifier {
   verifier(std::span<const schedule> group, verify_options options) : group_(group), options_(options) {}
 
   verify_result run() {
-    const bool ok = check_structure() && match() && check_races() && simulate() && check_result();
+    const bool ok = check_structure() && match() && match_flags() && check_races() &&
+                    (!one_sided_ || check_landing_races()) && simulate() && check_result();
     return {ok, ok ? std::string() : std::move(message_)};
   }
 
@@ -132,9 +136,14 @@ class verifier {
     return "rank " + std::to_string(rank) + " step " + std::to_string(i) + " (" + to_string(at(rank, i)) + ")";
   }
   static bool reads_src(step_kind k) {
-    return k == step_kind::send || k == step_kind::recv_reduce || k == step_kind::reduce || k == step_kind::copy;
+    return k == step_kind::send || k == step_kind::recv_reduce || k == step_kind::reduce || k == step_kind::copy ||
+           k == step_kind::write || k == step_kind::reduce_slots;
   }
-  static bool writes_dst(step_kind k) { return k != step_kind::send; }
+  /// Writes dst in the rank's own buffers (a write's dst is the peer's).
+  static bool writes_dst(step_kind k) {
+    return k == step_kind::recv || k == step_kind::recv_reduce || k == step_kind::reduce || k == step_kind::copy ||
+           k == step_kind::finalize || k == step_kind::reduce_slots;
+  }
   std::size_t buffer_bytes(int rank, buffer b) const {
     switch (b) {
       case buffer::input: return desc_.input_bytes();
@@ -155,13 +164,16 @@ class verifier {
   }
 
   // --- a) structure --------------------------------------------------------------------
-  bool check_region(int rank, std::size_t i, const region& r, const char* role) {
+  /// `owner` is whose buffer the region is in: the rank itself, or a write's peer.
+  bool check_region(int rank, std::size_t i, const region& r, const char* role, int owner = -1) {
+    if (owner < 0) owner = rank;
     const auto b = static_cast<std::size_t>(r.where);
     if (b > 2) return fail(where(rank, i) + ": " + role + " names an unknown buffer");
-    const auto size = buffer_bytes(rank, r.where);
+    const auto size = buffer_bytes(owner, r.where);
     if (r.offset > size || r.bytes > size - r.offset)
       return fail(where(rank, i) + ": " + role + " " + to_string(r) + " lies outside the " +
-                  std::string(to_string(r.where)) + " buffer (" + std::to_string(size) + " bytes)");
+                  (owner == rank ? "" : "rank " + std::to_string(owner) + "'s ") + std::string(to_string(r.where)) +
+                  " buffer (" + std::to_string(size) + " bytes)");
     if (r.offset % es_ != 0 || r.bytes % es_ != 0)
       return fail(where(rank, i) + ": " + role + " " + to_string(r) + " is not a multiple of elem_size " +
                   std::to_string(es_));
@@ -196,17 +208,31 @@ class verifier {
       const auto n = s.steps.size();
       for (std::size_t i = 0; i < n; ++i) {
         const auto& st = s.steps[i];
-        if (st.kind > step_kind::finalize) return fail("rank " + std::to_string(r) + " step " + std::to_string(i) + ": unknown step kind");
+        if (st.kind > step_kind::reduce_slots) return fail("rank " + std::to_string(r) + " step " + std::to_string(i) + ": unknown step kind");
         for (step_id d : st.deps)
           if (d >= i) return fail(where(r, i) + ": depends on step " + std::to_string(d) + ", which is not earlier");
-        if (is_communication(st.kind) && (st.peer < 0 || st.peer >= p_ || st.peer == r))
+        if (has_peer(st.kind) && (st.peer < 0 || st.peer >= p_ || st.peer == r))
           return fail(where(r, i) + ": peer " + std::to_string(st.peer) +
                       (st.peer == r ? " is the rank itself" : " is out of range [0," + std::to_string(p_) + ")"));
         if (reads_src(st.kind) && !check_region(r, i, st.src, "src")) return false;
         if (writes_dst(st.kind) && !check_region(r, i, st.dst, "dst")) return false;
-        if (reads_src(st.kind) && writes_dst(st.kind) && st.src.bytes != st.dst.bytes)
+        if (st.kind == step_kind::write) {
+          if (st.dst.where == buffer::input)
+            return fail(where(r, i) + ": lands in rank " + std::to_string(st.peer) +
+                        "'s input; a write lands in the peer's output or scratch");
+          if (!check_region(r, i, st.dst, "dst", st.peer)) return false;
+          if (st.src.bytes != st.dst.bytes)
+            return fail(where(r, i) + ": src has " + std::to_string(st.src.bytes) + " bytes but dst has " +
+                        std::to_string(st.dst.bytes));
+          one_sided_ = true;
+        }
+        if (st.kind == step_kind::notify) one_sided_ = true;
+        if (st.kind == step_kind::reduce_slots
+                ? (st.dst.bytes == 0 ? st.src.bytes != 0 : st.src.bytes == 0 || st.src.bytes % st.dst.bytes != 0)
+                : reads_src(st.kind) && writes_dst(st.kind) && st.src.bytes != st.dst.bytes)
           return fail(where(r, i) + ": src has " + std::to_string(st.src.bytes) + " bytes but dst has " +
-                      std::to_string(st.dst.bytes));
+                      std::to_string(st.dst.bytes) +
+                      (st.kind == step_kind::reduce_slots ? " (src must hold whole slots of dst's size)" : ""));
       }
       if (!check_successors(r)) return false;
       offsets_[std::size_t(r) + 1] = offsets_[std::size_t(r)] + n;
@@ -344,6 +370,53 @@ class verifier {
     return true;
   }
 
+  // --- b2) flags --------------------------------------------------------------------------
+  // Every write or notify from a to b with tag t is counted by the one wait on b with tag
+  // t, each (writer, target, tag) once a call, and that wait's count is the number of
+  // flags it gets: more would never complete, fewer would let it start before data landed.
+  bool match_flags() {
+    const auto total = offsets_.back();
+    flag_wait_.assign(total, no_step);
+    incoming_.assign(total, 0);
+    std::unordered_map<std::uint64_t, std::uint32_t> waits;  // rank << 32 | tag -> wait
+    for (int r = 0; r < p_; ++r)
+      for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i)
+        if (const auto& st = at(r, i); st.kind == step_kind::wait) {
+          const auto g = std::uint32_t(offsets_[std::size_t(r)] + i);
+          const auto [it, fresh] = waits.try_emplace((std::uint64_t(r) << 32) | st.tag, g);
+          if (!fresh) return fail("duplicate wait: " + where(it->second) + " and " + where(g) + " count the same tag");
+        }
+    if (!one_sided_) {
+      for (const auto& [key, g] : waits)
+        if (const auto& st = at(int(rank_of_[g]), g - offsets_[rank_of_[g]]); st.count != 0)
+          return fail(where(g) + " waits for " + std::to_string(st.count) + " flags but no write or notify raises tag " +
+                      std::to_string(st.tag) + " at rank " + std::to_string(rank_of_[g]));
+      return true;
+    }
+    std::set<std::tuple<int, int, std::uint32_t>> seen;  // (writer, target, tag)
+    for (int r = 0; r < p_; ++r)
+      for (std::size_t i = 0; i < group_[std::size_t(r)].steps.size(); ++i) {
+        const auto& st = at(r, i);
+        if (!is_one_sided(st.kind)) continue;
+        const auto g = std::uint32_t(offsets_[std::size_t(r)] + i);
+        const auto it = waits.find((std::uint64_t(st.peer) << 32) | st.tag);
+        if (it == waits.end())
+          return fail(where(r, i) + " has no matching wait on rank " + std::to_string(st.peer) + " with tag " +
+                      std::to_string(st.tag));
+        if (!seen.emplace(r, st.peer, st.tag).second)
+          return fail("duplicate flag: " + where(r, i) + " raises tag " + std::to_string(st.tag) + " at rank " +
+                      std::to_string(st.peer) + " a second time in one call");
+        flag_wait_[g] = it->second;
+        ++incoming_[it->second];
+      }
+    for (const auto& [key, g] : waits)
+      if (const auto& st = at(int(rank_of_[g]), g - offsets_[rank_of_[g]]); st.count != incoming_[g])
+        return fail(where(g) + " waits for " + std::to_string(st.count) + " flags but " +
+                    std::to_string(incoming_[g]) + " writes/notifies raise tag " + std::to_string(st.tag) +
+                    " at rank " + std::to_string(rank_of_[g]));
+    return true;
+  }
+
   // --- c) races ------------------------------------------------------------------------
   // Steps are indexed in a topological order (deps point back), so per element it is
   // enough to order every access after the last write and every write after the reads
@@ -421,6 +494,173 @@ class verifier {
     return true;
   }
 
+  // --- c2) races across ranks ----------------------------------------------------------
+  // A write lands in its target's memory at some moment between its start and the
+  // arrival of its flag. Every step of the target that touches those bytes must be
+  // ordered after the wait that counts the flag, or must have completed before the
+  // write started, through any chain of cause and effect across ranks; two writes
+  // landing on the same bytes must be ordered the same way. Happens-before is the
+  // transitive closure of a global DAG: local deps; a send or recv's partner precedes
+  // the steps that depend on it (the data has been read or written by then); a write or
+  // notify precedes the wait that counts its flag. Only the steps that take part in a
+  // question get a bit ("interesting" steps), so the closure stays small.
+  bool check_landing_races() {
+    const auto total = offsets_.back();
+    // Landed elements of each rank, as CSR lists of the writes landing there, over the
+    // rank's flat element index (input, output, scratch arrays back to back).
+    const auto flat_base = [&](int r) {
+      const auto& l = layouts_[std::size_t(r)];
+      return std::array<std::size_t, 3>{0, l.elems[0], l.elems[0] + l.elems[1]};
+    };
+    const auto flat = [&](int r, const region& rg) {
+      const auto& l = layouts_[std::size_t(r)];
+      return flat_base(r)[std::size_t(l.array[std::size_t(rg.where)])] + first_elem(r, rg);
+    };
+    std::vector<std::vector<std::uint32_t>> land_begin(static_cast<std::size_t>(p_)), land(static_cast<std::size_t>(p_));
+    for (int t = 0; t < p_; ++t) {
+      const auto& l = layouts_[std::size_t(t)];
+      land_begin[std::size_t(t)].assign(l.elems[0] + l.elems[1] + l.elems[2] + 1, 0);
+    }
+    std::vector<std::uint32_t> writes;
+    for (std::uint32_t g = 0; g < total; ++g) {
+      const auto r = int(rank_of_[g]);
+      const auto& st = at(r, g - offsets_[std::size_t(r)]);
+      if (st.kind != step_kind::write) continue;
+      writes.push_back(g);
+      auto& b = land_begin[std::size_t(st.peer)];
+      const auto first = flat(st.peer, st.dst);
+      for (std::size_t k = 0; k < st.dst.bytes / es_; ++k) ++b[first + k + 1];
+    }
+    for (int t = 0; t < p_; ++t) {
+      auto& b = land_begin[std::size_t(t)];
+      for (std::size_t x = 0; x + 1 < b.size(); ++x) b[x + 1] += b[x];
+      land[std::size_t(t)].assign(b.back(), no_step);
+    }
+    {
+      std::vector<std::vector<std::uint32_t>> fill(static_cast<std::size_t>(p_));
+      for (int t = 0; t < p_; ++t)
+        fill[std::size_t(t)].assign(land_begin[std::size_t(t)].begin(), land_begin[std::size_t(t)].end() - 1);
+      for (const auto g : writes) {
+        const auto r = int(rank_of_[g]);
+        const auto& st = at(r, g - offsets_[std::size_t(r)]);
+        const auto first = flat(st.peer, st.dst);
+        for (std::size_t k = 0; k < st.dst.bytes / es_; ++k)
+          land[std::size_t(st.peer)][fill[std::size_t(st.peer)][first + k]++] = g;
+      }
+    }
+
+    // Interesting steps: writes, the waits that count their flags, and every step that
+    // touches landed bytes of its own rank.
+    const auto touches_landed = [&](int t, const region& rg) {
+      const auto first = flat(t, rg);
+      const auto& b = land_begin[std::size_t(t)];
+      for (std::size_t k = 0; k < rg.bytes / es_; ++k)
+        if (b[first + k + 1] != b[first + k]) return true;
+      return false;
+    };
+    std::vector<std::uint32_t> bit(total, no_step);
+    std::uint32_t interesting = 0;
+    for (std::uint32_t g = 0; g < total; ++g) {
+      const auto r = int(rank_of_[g]);
+      const auto& st = at(r, g - offsets_[std::size_t(r)]);
+      const bool take = st.kind == step_kind::write || (st.kind == step_kind::wait && incoming_[g] != 0) ||
+                        (reads_src(st.kind) && touches_landed(r, st.src)) ||
+                        (writes_dst(st.kind) && touches_landed(r, st.dst));
+      if (take) bit[g] = interesting++;
+    }
+    const std::size_t words = (std::size_t(interesting) + 63) / 64;
+    if (words && total > (std::size_t(1) << 26) / words)
+      return fail("group is too large to check races across ranks (" + std::to_string(total) + " steps, " +
+                  std::to_string(interesting) + " of them around one-sided writes)");
+
+    // The global DAG's edges, u -> v, as successor lists; Kahn's order; then every
+    // step's set of interesting ancestors.
+    std::vector<std::uint32_t> begin(total + 1, 0), succ;
+    const auto for_each_edge = [&](auto&& edge) {
+      for (std::uint32_t v = 0; v < total; ++v) {
+        const auto r = int(rank_of_[v]);
+        for (step_id d : at(r, v - offsets_[std::size_t(r)]).deps) {
+          const auto u = std::uint32_t(offsets_[std::size_t(r)] + d);
+          edge(u, v);
+          if (partner_[u] != no_step) edge(partner_[u], v);
+        }
+      }
+      for (std::uint32_t u = 0; u < total; ++u)
+        if (flag_wait_[u] != no_step) edge(u, flag_wait_[u]);
+    };
+    for_each_edge([&](std::uint32_t u, std::uint32_t) { ++begin[u + 1]; });
+    for (std::size_t g = 0; g < total; ++g) begin[g + 1] += begin[g];
+    succ.resize(begin[total]);
+    std::vector<std::uint32_t> indegree(total, 0);
+    {
+      std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
+      for_each_edge([&](std::uint32_t u, std::uint32_t v) {
+        succ[fill[u]++] = v;
+        ++indegree[v];
+      });
+    }
+    std::vector<std::uint64_t> anc(total * words, 0);
+    std::vector<std::uint32_t> order;
+    order.reserve(total);
+    for (std::uint32_t g = 0; g < total; ++g)
+      if (indegree[g] == 0) order.push_back(g);
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const auto u = order[k];
+      const std::uint64_t* from = anc.data() + std::size_t(u) * words;
+      for (auto e = begin[u]; e < begin[u + 1]; ++e) {
+        const auto v = succ[e];
+        std::uint64_t* row = anc.data() + std::size_t(v) * words;
+        for (std::size_t w = 0; w < words; ++w) row[w] |= from[w];
+        if (bit[u] != no_step) row[bit[u] / 64] |= std::uint64_t(1) << (bit[u] % 64);
+        if (--indegree[v] == 0) order.push_back(v);
+      }
+    }
+    // A cycle means a deadlock, which the simulation reports with its blocked steps.
+    const auto before = [&](std::uint32_t u, std::uint32_t v) {  // u completes before v starts
+      return bit[u] != no_step && (anc[std::size_t(v) * words + bit[u] / 64] >> (bit[u] % 64) & 1) != 0;
+    };
+
+    for (const auto w1 : writes) {
+      const auto r = int(rank_of_[w1]);
+      const auto& st = at(r, w1 - offsets_[std::size_t(r)]);
+      const int t = st.peer;
+      const auto first = flat(t, st.dst);
+      const auto& b = land_begin[std::size_t(t)];
+      for (std::size_t k = 0; k < st.dst.bytes / es_; ++k)
+        for (auto e = b[first + k]; e < b[first + k + 1]; ++e) {
+          const auto w2 = land[std::size_t(t)][e];
+          if (w2 <= w1 || before(w1, w2) || before(w2, w1)) continue;
+          return fail("race across ranks on rank " + std::to_string(t) + " at " + byte_at(st.dst, k) + ": " +
+                      where(w1) + " and " + where(w2) + " both land there, and neither is ordered before the other");
+        }
+    }
+    for (int t = 0; t < p_; ++t) {
+      const auto& steps = group_[std::size_t(t)].steps;
+      const auto& b = land_begin[std::size_t(t)];
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto x = std::uint32_t(offsets_[std::size_t(t)] + i);
+        if (bit[x] == no_step) continue;
+        const auto& st = steps[i];
+        for (const bool is_write : {false, true}) {
+          if (is_write ? !writes_dst(st.kind) : !reads_src(st.kind)) continue;
+          const region& rg = is_write ? st.dst : st.src;
+          const auto first = flat(t, rg);
+          for (std::size_t k = 0; k < rg.bytes / es_; ++k)
+            for (auto e = b[first + k]; e < b[first + k + 1]; ++e) {
+              const auto w = land[std::size_t(t)][e];
+              if (before(x, w) || before(flag_wait_[w], x)) continue;
+              return fail("race across ranks on rank " + std::to_string(t) + " at " + byte_at(rg, k) + ": " + where(w) +
+                          " lands there and " + where(t, i) + (is_write ? " writes" : " reads") +
+                          " it, but it is neither ordered after " + where(flag_wait_[w]) +
+                          ", which counts the write's flag, nor complete before the write starts" +
+                          (options_.in_place ? " (in place: input and output are one memory)" : ""));
+            }
+        }
+      }
+    }
+    return true;
+  }
+
   // --- d) symbolic execution -----------------------------------------------------------
   bool load(int r, const region& rg, std::size_t i, std::vector<value>& into) {
     const auto& a = array_of(r, rg.where);
@@ -477,6 +717,23 @@ class verifier {
         for (auto& v : a_) ++v.finalized;
         store(r, st.dst, a_);
         return true;
+      case step_kind::reduce_slots: {
+        if (!load(r, st.dst, i, a_)) return false;
+        for (std::size_t k = 0; st.dst.bytes && k < st.src.bytes / st.dst.bytes; ++k) {
+          const region slot{st.src.where, st.src.offset + k * st.dst.bytes, st.dst.bytes};
+          if (!load(r, slot, i, b_) || !combine(r, i, st.dst, a_, b_)) return false;
+        }
+        store(r, st.dst, a_);
+        return true;
+      }
+      case step_kind::write:
+        // The data lands when the write completes, before the target's wait can.
+        if (!load(r, st.src, i, a_)) return false;
+        store(st.peer, st.dst, a_);
+        return true;
+      case step_kind::notify:
+      case step_kind::wait:
+        return true;
       case step_kind::recv:
       case step_kind::recv_reduce: {
         const auto sender = st.peer;
@@ -499,6 +756,7 @@ class verifier {
     ++completed_;
     for (auto k = succ_begin_[g]; k < succ_begin_[g + 1]; ++k)
       if (--pending_[succ_[k]] == 0) work.push_back(succ_[k]);
+    if (const auto w = flag_wait_[g]; w != no_step && --pending_[w] == 0) work.push_back(w);
   }
 
   bool simulate() {
@@ -511,7 +769,9 @@ class verifier {
       const auto& steps = group_[std::size_t(r)].steps;
       for (std::size_t i = 0; i < steps.size(); ++i) {
         const auto g = offsets_[std::size_t(r)] + i;
-        pending_[g] = std::uint32_t(steps[i].deps.size());
+        // A wait also needs every flag it counts: writes and notifies complete (and
+        // land their data) as soon as their deps have.
+        pending_[g] = std::uint32_t(steps[i].deps.size()) + incoming_[g];
         for (step_id d : steps[i].deps) ++succ_begin_[offsets_[std::size_t(r)] + d + 1];
       }
     }
@@ -583,6 +843,21 @@ class verifier {
       const auto i = g - offsets_[std::size_t(r)], pi = partner_[g] - offsets_[std::size_t(pr)];
       blocked += "\n  " + where(r, i) + " waits for " + where(pr, pi) + ", which waits for its deps";
     }
+    for (std::uint32_t g = 0; g < total; ++g) {
+      if (done_[g] || incoming_[g] == 0) continue;
+      const auto r = int(rank_of_[g]);
+      const auto i = g - offsets_[std::size_t(r)];
+      std::uint32_t deps_left = 0;
+      for (step_id d : at(r, i).deps) deps_left += done_[offsets_[std::size_t(r)] + d] ? 0 : 1;
+      if (deps_left) continue;  // blocked by its own rank, listed through the steps before it
+      ++frontier;
+      if (listed == 8) continue;
+      ++listed;
+      std::string missing;
+      for (std::uint32_t w = 0; w < total; ++w)
+        if (flag_wait_[w] == g && !done_[w]) missing += (missing.empty() ? "" : "; ") + where(w);
+      blocked += "\n  " + where(r, i) + " waits for flags of " + missing + ", which wait(s) for their deps";
+    }
     if (frontier > listed) blocked += "\n  ... and " + std::to_string(frontier - listed) + " more";
     return fail("deadlock: " + std::to_string(total - completed_) + " of " + std::to_string(total) +
                 " steps can never complete; blocked:" + blocked);
@@ -639,6 +914,9 @@ class verifier {
   std::vector<std::uint32_t> rank_of_;  // of each global step id
   std::vector<message> messages_;
   std::vector<std::uint32_t> partner_;  // global id of the matching send/recv
+  bool one_sided_ = false;                // the group has writes or notifies
+  std::vector<std::uint32_t> flag_wait_;  // of a write/notify: the global id of the wait counting its flag
+  std::vector<std::uint32_t> incoming_;   // of a wait: how many flags it counts
   // races (one rank at a time)
   std::vector<std::uint64_t> reach_;
   std::vector<std::uint32_t> last_write_, reads_;
@@ -658,9 +936,14 @@ class verifier {
 /// Proves a group of schedules (group[r] is rank r's) against its descriptor:
 ///  a) structure: one descriptor, regions inside their buffers and element-aligned,
 ///     peers in range, deps earlier, successor lists consistent;
-///  b) every send meets exactly one recv/recv_reduce with the same tag and bytes;
-///  c) no two unordered steps of a rank touch the same bytes unless both only read;
-///  d) the group runs to completion under rendezvous semantics, never reads unwritten
+///  b) every send meets exactly one recv/recv_reduce with the same tag and bytes; every
+///     write/notify meets the one wait on its peer with its tag, whose count is the
+///     number of flags raised there;
+///  c) no two unordered steps of a rank touch the same bytes unless both only read, and
+///     every step touching bytes a write lands in is ordered after the wait counting its
+///     flag or before the write, across ranks (happens-before over sends, recvs, flags);
+///  d) the group runs to completion under rendezvous semantics (writes and notifies
+///     never block; a wait completes once its flags have arrived), never reads unwritten
 ///     data and never counts a contribution twice;
 ///  e) every output element holds what the collective promises, finalized once if reduced.
 /// Reports the first problem. A pure function: safe to call from any thread.

@@ -66,3 +66,32 @@ TEST(Format, DotEscapesQuotes) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Format, OneSidedStepsAndTheFusedReduction) {
+  const step write{step_kind::write, 2, 0, {buffer::input, 0, 16}, {buffer::scratch, 16, 16}, {}};
+  EXPECT_EQ(to_string(write), "write to peer 2, tag 0, src input[0,16), dst peer's scratch[16,32)");
+  const step notify{step_kind::notify, 3, 5, {}, {}, {}};
+  EXPECT_EQ(to_string(notify), "notify peer 3, tag 5");
+  const step wait{step_kind::wait, -1, 1, {}, {}, {}, 3};
+  EXPECT_EQ(to_string(wait), "wait tag 1 for 3 flags");
+  const step slots{step_kind::reduce_slots, -1, 0, {buffer::scratch, 0, 48}, {buffer::output, 0, 16}, {}};
+  EXPECT_EQ(to_string(slots), "reduce_slots src scratch[0,48) (3 slots), dst output[0,16)");
+}
+
+TEST(Format, DotDrawsFlagEdgesToTheWait) {
+  const descriptor d{collective::allgather, 2, 1, 4, 0};
+  std::vector<schedule> g;
+  for (int r = 0; r < 2; ++r) {
+    builder b(d, r, "flags");
+    b.write(1 - r, 7, {buffer::input, 0, 4}, {buffer::output, std::size_t(r) * 4, 4});
+    b.wait(7, 1);
+    g.push_back(std::move(b).build());
+  }
+  const auto dot = to_dot(g);
+  for (const char* want : {"r0s0 -> r1s1 [style=dotted];", "r1s0 -> r0s1 [style=dotted];"})
+    EXPECT_NE(dot.find(want), std::string::npos) << want << "\n" << dot;
+}
+
+}  // namespace

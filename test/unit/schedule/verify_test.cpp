@@ -557,3 +557,231 @@ TEST(Verify, SixtyFourRanksWithHundredsOfElements) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------
+// One-sided steps: write, notify, wait
+
+namespace {
+
+// Allgather by one-sided writes: copy input into block r, write it into block r of every
+// peer's output, wait for p-1 flags with tag 1.
+group write_allgather(int p, std::size_t count) {
+  const auto d = make(collective::allgather, p, count);
+  group g;
+  for (int r = 0; r < p; ++r) {
+    builder b(d, r, "write");
+    const auto copy = b.copy(in(0, count), out(std::size_t(r) * count, count));
+    for (int q = 0; q < p; ++q)
+      if (q != r) b.write(q, 1, in(0, count), out(std::size_t(r) * count, count), {copy});
+    b.wait(1, std::uint32_t(p - 1));
+    g.push_back(std::move(b).build());
+  }
+  return g;
+}
+
+// Two ranks, allgather of one element. Rank 0 writes its input into block 0 of rank 1's
+// output; rank 1 copies its own and waits. `edit` changes rank 1's steps before building.
+template <class Rank0, class Rank1>
+group two_ranks(Rank0&& rank0, Rank1&& rank1, std::size_t scratch1 = 0) {
+  const auto d = make(collective::allgather, 2, 1);
+  group g;
+  builder b0(d, 0, "hand"), b1(d, 1, "hand");
+  rank0(b0);
+  if (scratch1) (void)b1.scratch(scratch1);
+  rank1(b1);
+  g.push_back(std::move(b0).build());
+  g.push_back(std::move(b1).build());
+  return g;
+}
+
+}  // namespace
+
+TEST(VerifyOneSided, WriteAllgatherPasses) {
+  for (int p : {1, 2, 3, 7})
+    for (std::size_t n : {1, 5})
+      for (bool in_place : {false, true}) EXPECT_TRUE(passes(write_allgather(p, n), {in_place})) << p << " " << n;
+}
+
+TEST(VerifyOneSided, WriteWithoutWait) {
+  auto g = write_allgather(3, 2);
+  g[2] = rebuild(g[2]);  // keep rank 2 as is; drop rank 1's wait
+  builder b(g[1].desc, 1, "write");
+  for (std::size_t i = 0; i + 1 < g[1].steps.size(); ++i) b.add(g[1].steps[i]);
+  g[1] = std::move(b).build();
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 1 (write to peer 1, tag 1", "no matching wait on rank 1 with tag 1"}));
+}
+
+TEST(VerifyOneSided, WaitCountDiffersFromFlags) {
+  auto g = write_allgather(4, 1);
+  builder b(g[3].desc, 3, "write");
+  for (auto st : g[3].steps) {
+    if (st.kind == step_kind::wait) st.count = 2;
+    b.add(st);
+  }
+  g[3] = std::move(b).build();
+  EXPECT_TRUE(fails_with(g, {"rank 3 step 4 (wait tag 1 for 2 flags)", "waits for 2 flags but 3 writes/notifies raise tag 1 at rank 3"}));
+}
+
+TEST(VerifyOneSided, WaitWithoutAnyOneSidedStep) {
+  auto g = direct_allgather(2, 1);
+  builder b(g[0].desc, 0, "direct");
+  for (const auto& st : g[0].steps) b.add(st);
+  b.wait(5, 1);
+  g[0] = std::move(b).build();
+  EXPECT_TRUE(fails_with(g, {"wait tag 5 for 1 flag", "no write or notify raises tag 5 at rank 0"}));
+}
+
+TEST(VerifyOneSided, DuplicateFlagAndDuplicateWait) {
+  auto g = two_ranks(
+      [](builder& b) {
+        b.copy(in(0, 1), out(0, 1));
+        const auto w = b.write(1, 0, in(0, 1), out(0, 1));
+        b.notify(1, 0, {w});
+      },
+      [](builder& b) {
+        b.copy(in(0, 1), out(1, 1));
+        b.wait(0, 2);
+      });
+  EXPECT_TRUE(fails_with(g, {"duplicate flag", "rank 0 step 2 (notify peer 1, tag 0)", "a second time"}));
+  g = two_ranks([](builder& b) { b.notify(1, 0); },
+                [](builder& b) {
+                  b.wait(0, 1);
+                  b.wait(0, 1);
+                });
+  EXPECT_TRUE(fails_with(g, {"duplicate wait", "rank 1 step 0", "rank 1 step 1"}));
+}
+
+TEST(VerifyOneSided, WriteMustLandInsideThePeersOutputOrScratch) {
+  auto g = two_ranks([](builder& b) { b.write(1, 0, in(0, 1), in(0, 1)); }, [](builder& b) { b.wait(0, 1); });
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0", "lands in rank 1's input"}));
+  g = two_ranks([](builder& b) { b.write(1, 0, in(0, 1), {buffer::scratch, 4, 4}); }, [](builder& b) { b.wait(0, 1); },
+                4);
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0", "dst scratch[4,8) lies outside the rank 1's scratch buffer (4 bytes)"}));
+}
+
+TEST(VerifyOneSided, WaitsThatNeverCompleteDeadlock) {
+  // Each rank notifies the other only after its own wait: neither flag is ever raised.
+  const auto d = make(collective::allgather, 2, 1);
+  group g;
+  for (int r = 0; r < 2; ++r) {
+    builder b(d, r, "stuck");
+    const auto w = b.wait(0, 1);
+    b.notify(1 - r, 0, {w});
+    const auto c = b.copy(in(0, 1), out(std::size_t(r), 1));
+    b.copy(in(0, 1), out(std::size_t(1 - r), 1), {c});
+    g.push_back(std::move(b).build());
+  }
+  EXPECT_TRUE(fails_with(g, {"deadlock", "rank 0 step 0 (wait tag 0 for 1 flag) waits for flags of rank 1 step 1 (notify peer 0, tag 0)"}));
+}
+
+TEST(VerifyOneSided, ReadingTheLandingAreaBeforeTheWaitRaces) {
+  // Rank 1 forwards the landed block to... itself, in scratch, without waiting first.
+  auto g = two_ranks([](builder& b) { b.write(1, 0, in(0, 1), out(0, 1)); },
+                     [](builder& b) {
+                       b.copy(in(0, 1), out(1, 1));
+                       b.copy(out(0, 1), {buffer::scratch, 0, 4});
+                       b.wait(0, 1);
+                     },
+                     4);
+  g[0] = rebuild(g[0]);
+  EXPECT_TRUE(fails_with(g, {"race across ranks on rank 1 at output byte 0", "rank 0 step 0 (write to peer 1",
+                             "rank 1 step 1 (copy", "reads it", "neither ordered after rank 1 step 2 (wait tag 0"}));
+}
+
+TEST(VerifyOneSided, TouchingTheLandingAreaAfterTheWaitIsFineBeforeItRaces) {
+  const auto rank0 = [](builder& b) {
+    b.copy(in(0, 1), out(0, 1));
+    b.write(1, 0, in(0, 1), out(0, 1));
+  };
+  const auto ok = two_ranks(rank0, [](builder& b) {
+    b.copy(in(0, 1), out(1, 1));
+    const auto w = b.wait(0, 1);
+    b.copy(out(0, 1), {buffer::scratch, 0, 4}, {w});  // reads what landed: ordered
+  }, 4);
+  // rank 0's block 1 is never written: only the race question matters here.
+  EXPECT_EQ(verify(ok).message.find("race"), std::string::npos) << verify(ok).message;
+  const auto g = two_ranks(rank0, [](builder& b) {
+    b.copy(in(0, 1), out(1, 1));
+    b.copy(in(0, 1), out(0, 1));  // rank 1 writes the landing area too: unordered
+    b.wait(0, 1);
+  });
+  EXPECT_TRUE(fails_with(g, {"race across ranks on rank 1 at output byte 0", "rank 1 step 1 (copy", "writes it"}));
+}
+
+// In-place GDRAA's phase B in miniature: rank 1 writes and reads its block 0, then
+// notifies rank 0, which only then overwrites that block with a write. Safe, because
+// rank 1's steps completed before its notify, which rank 0's wait counts; without that
+// causal chain it is a race.
+TEST(VerifyOneSided, CrossRankCausalityOrdersALandingAfterLocalSteps) {
+  const auto d = make(collective::allgather, 2, 1);
+  const auto build = [&](bool ordered) {
+    group g;
+    {
+      builder b(d, 0, "causal");
+      b.copy(in(0, 1), out(0, 1));
+      const auto w = b.wait(0, 1);
+      if (ordered)
+        b.write(1, 1, in(0, 1), out(0, 1), {w});
+      else
+        b.write(1, 1, in(0, 1), out(0, 1));
+      b.wait(2, 1);
+      g.push_back(std::move(b).build());
+    }
+    {
+      builder b(d, 1, "causal");
+      const auto slot = b.scratch(4);
+      const auto own = b.copy(in(0, 1), out(1, 1));
+      b.write(0, 2, out(1, 1), out(1, 1), {own});
+      const auto scribble = b.copy(in(0, 1), out(0, 1));  // uses block 0 as a temporary
+      const auto read = b.copy(out(0, 1), slot, {scribble});
+      b.notify(0, 0, {read});
+      b.wait(1, 1);
+      g.push_back(std::move(b).build());
+    }
+    return g;
+  };
+  EXPECT_TRUE(passes(build(true)));
+  EXPECT_TRUE(fails_with(build(false), {"race across ranks on rank 1 at output byte 0",
+                                        "rank 0 step 2 (write to peer 1, tag 1", "rank 1 step 2 (copy", "writes it"}));
+}
+
+TEST(VerifyOneSided, TwoWritesLandingOnTheSameBytesUnordered) {
+  const auto d = make(collective::allgather, 3, 1);
+  group g;
+  for (int r = 0; r < 3; ++r) {
+    builder b(d, r, "clash");
+    if (r != 0) b.write(0, 0, in(0, 1), out(1, 1));  // both land on rank 0's block 1
+    if (r == 0) b.wait(0, 2);
+    g.push_back(std::move(b).build());
+  }
+  EXPECT_TRUE(fails_with(g, {"race across ranks on rank 0 at output byte 4", "rank 1 step 0 (write to peer 0",
+                             "rank 2 step 0 (write to peer 0", "both land there"}));
+}
+
+TEST(VerifyOneSided, LandedDataIsCheckedLikeReceivedData) {
+  // The write carries an undefined scratch element: the read is caught at the writer.
+  auto g = two_ranks([](builder& b) {
+    (void)b.scratch(4);
+    b.write(1, 0, {buffer::scratch, 0, 4}, out(0, 1));
+  },
+                     [](builder& b) {
+                       b.copy(in(0, 1), out(1, 1));
+                       b.wait(0, 1);
+                     });
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0 (write to peer 1", "reads data before it is produced"}));
+}
+
+TEST(VerifyOneSided, ReduceSlotsNeedsWholeSlots) {
+  const auto d = make(collective::allreduce, 1, 2);
+  builder b(d, 0, "slots");
+  const auto s = b.scratch(12);
+  b.reduce_slots(s, out(0, 2));
+  const group g{std::move(b).build()};
+  EXPECT_TRUE(fails_with(g, {"rank 0 step 0 (reduce_slots", "src must hold whole slots"}));
+}
+
+TEST(VerifyOneSided, RingAtSixtyFourStaysOnTheFastPath) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(passes(ring_allreduce(64, 3)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}

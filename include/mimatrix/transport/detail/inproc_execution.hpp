@@ -1,6 +1,7 @@
 // One rank's execution of one schedule over the in-process transport: a dependency-
 // driven state machine that keeps every ready step in flight and is advanced by
-// test() and wait().
+// test() and wait(). One-sided writes addressed to this rank are applied here, by the
+// target, while it runs the call they belong to.
 #pragma once
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "mimatrix/core/signature.hpp"
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/request.hpp"
+#include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
 #include "mimatrix/transport/host_steps.hpp"
@@ -44,6 +46,7 @@ class inproc_execution final : public mimatrix::detail::operation {
     for (std::size_t i = 0; i < plan_->steps.size(); ++i) {
       pending_[i] = static_cast<std::uint32_t>(plan_->steps[i].deps.size());
       if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
+      if (plan_->steps[i].kind == schedule::step_kind::wait) flags_expected_ += plan_->steps[i].count;
     }
   }
 
@@ -76,7 +79,7 @@ class inproc_execution final : public mimatrix::detail::operation {
       if (finished()) break;
       // Yield a few times before sleeping: a peer is usually microseconds away, and a
       // futex wake-up costs more than that when threads outnumber cores.
-      if (spins++ < spin_limit) {
+      if (spins++ < world_.spin_limit()) {
         std::this_thread::yield();
         continue;
       }
@@ -92,7 +95,6 @@ class inproc_execution final : public mimatrix::detail::operation {
 
  private:
   enum class phase { joining, running, checking, done, failed };
-  static constexpr int spin_limit = 64;
 
   bool finished() const { return phase_ == phase::done || phase_ == phase::failed; }
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
@@ -107,6 +109,8 @@ class inproc_execution final : public mimatrix::detail::operation {
       case phase::running: {
         bool changed = start_ready();
         changed |= match_receives();
+        changed |= apply_writes();
+        changed |= finish_waits();
         changed |= reap_sends();
         if (phase_ == phase::running && completed_ == plan_->steps.size()) {
           phase_ = phase::checking;
@@ -134,18 +138,30 @@ class inproc_execution final : public mimatrix::detail::operation {
       const schedule::step_id id = ready_[k];
       const schedule::step& st = step_at(id);
       switch (st.kind) {
-        case schedule::step_kind::send: {
+        case schedule::step_kind::send:
+        case schedule::step_kind::write:
+        case schedule::step_kind::notify: {
           posted_send& ps = sends_[id];
+          ps.kind = st.kind == schedule::step_kind::send    ? posted_kind::message
+                    : st.kind == schedule::step_kind::write ? posted_kind::write
+                                                            : posted_kind::notify;
           ps.source = rank_;
           ps.sequence = sig_.sequence;
           ps.tag = st.tag;
-          ps.data = mem_.read(st.src);
-          ps.bytes = st.src.bytes;
+          ps.data = st.kind == schedule::step_kind::notify ? nullptr : mem_.read(st.src);
+          ps.bytes = st.kind == schedule::step_kind::notify ? 0 : st.src.bytes;
+          ps.dst = st.dst;
           ps.sig = &sig_;
           world_.post(st.peer, &ps);
           in_flight_.push_back(id);
           break;
         }
+        case schedule::step_kind::wait:
+          if (flags(st.tag) >= st.count)
+            complete(id);
+          else
+            flag_waits_.push_back(id);
+          break;
         case schedule::step_kind::recv:
         case schedule::step_kind::recv_reduce:
           waiting_.push_back(id);
@@ -172,7 +188,8 @@ class inproc_execution final : public mimatrix::detail::operation {
         posted_send* found = nullptr;
         for (std::size_t i = 0; i < box.posted.size(); ++i) {
           posted_send* ps = box.posted[i];
-          if (ps->source == st.peer && ps->sequence == sig_.sequence && ps->tag == st.tag) {
+          if (ps->kind == posted_kind::message && ps->source == st.peer && ps->sequence == sig_.sequence &&
+              ps->tag == st.tag) {
             found = ps;
             box.posted[i] = box.posted.back();
             box.posted.pop_back();
@@ -195,8 +212,10 @@ class inproc_execution final : public mimatrix::detail::operation {
                                            " but this rank runs " + to_string(sig_)
                                      : "rank " + std::to_string(ps->source) + " sent " + std::to_string(ps->bytes) +
                                            " bytes where " + std::to_string(st.dst.bytes) + " were expected";
-        for (std::size_t rest = m; rest < matched_.size(); ++rest) release(matched_[rest].second);
+        // Fail (on the board) before releasing: a released sender must not finish the
+        // call as a success.
         fail(errc::mismatch, describe(context(id), what));
+        for (std::size_t rest = m; rest < matched_.size(); ++rest) release(matched_[rest].second);
         return true;
       }
       if (st.kind == schedule::step_kind::recv) {
@@ -208,6 +227,86 @@ class inproc_execution final : public mimatrix::detail::operation {
       complete(id);
     }
     return !matched_.empty();
+  }
+
+  /// Applies the writes and notifies of this call that wait in the mailbox: copies each
+  /// write into this rank's own buffer, raises its flag, and releases the writer. Those of
+  /// a later call stay until this rank runs it.
+  bool apply_writes() {
+    // Only a rank that waits for flags gets writes: the others never lock for them.
+    if (flag_sources_.size() >= flags_expected_) return false;
+    arrived_.clear();
+    {
+      auto& box = world_.box(rank_);
+      std::lock_guard lock(box.mutex);
+      std::size_t kept = 0;
+      for (posted_send* ps : box.posted) {
+        if (ps->kind != posted_kind::message && ps->sequence == sig_.sequence)
+          arrived_.push_back(ps);
+        else
+          box.posted[kept++] = ps;
+      }
+      box.posted.resize(kept);
+    }
+    for (std::size_t m = 0; m < arrived_.size(); ++m) {
+      posted_send* ps = arrived_[m];
+      std::string what;
+      if (!(*ps->sig == sig_))
+        what = "rank " + std::to_string(ps->source) + " wrote for " + to_string(*ps->sig) + " but this rank runs " +
+               to_string(sig_);
+      else if (ps->kind == posted_kind::write && !lands_inside(ps->dst))
+        what = "rank " + std::to_string(ps->source) + " wrote " + schedule::to_string(ps->dst) +
+               ", which is not inside this rank's output (" + std::to_string(plan_->desc.output_bytes()) +
+               " bytes) or scratch (" + std::to_string(plan_->scratch_bytes) + " bytes)";
+      if (!what.empty()) {
+        // Read the entry before releasing it: the writer may free it at once.
+        const error_context where{rank_, ps->source, schedule::to_string(sig_.kind),
+                                  static_cast<std::int64_t>(sig_.sequence), -1, static_cast<std::int64_t>(ps->bytes)};
+        what += " (flag tag " + std::to_string(ps->tag) + ")";
+        // Fail (on the board) before releasing: a released writer must not finish the
+        // call as a success.
+        fail(errc::mismatch, describe(where, what));
+        for (std::size_t rest = m; rest < arrived_.size(); ++rest) release(arrived_[rest]);
+        return true;
+      }
+      if (ps->kind == posted_kind::write && ps->bytes) std::memcpy(mem_.write(ps->dst), ps->data, ps->bytes);
+      raise(ps->tag, ps->source);
+      release(ps);
+    }
+    return !arrived_.empty();
+  }
+
+  bool lands_inside(const schedule::region& r) const {
+    const std::size_t size = r.where == schedule::buffer::output    ? plan_->desc.output_bytes()
+                             : r.where == schedule::buffer::scratch ? plan_->scratch_bytes
+                                                                    : 0;  // never the input
+    return r.where != schedule::buffer::input && r.offset <= size && r.bytes <= size - r.offset;
+  }
+
+  /// Flags of this call are counted here, so a flag never outlives its call.
+  void raise(std::uint32_t tag, int source) {
+    flag_sources_.emplace_back(tag, source);
+    for (auto& [t, n] : flag_counts_)
+      if (t == tag) return void(++n);
+    flag_counts_.emplace_back(tag, 1u);
+  }
+  std::uint32_t flags(std::uint32_t tag) const {
+    for (const auto& [t, n] : flag_counts_)
+      if (t == tag) return n;
+    return 0;
+  }
+
+  bool finish_waits() {
+    const std::size_t before = flag_waits_.size();
+    std::size_t kept = 0;
+    for (schedule::step_id id : flag_waits_) {
+      if (flags(step_at(id).tag) >= step_at(id).count)
+        complete(id);
+      else
+        flag_waits_[kept++] = id;
+    }
+    flag_waits_.resize(kept);
+    return kept != before;
   }
 
   /// Tells the sender its data has been taken.
@@ -256,6 +355,7 @@ class inproc_execution final : public mimatrix::detail::operation {
 
   error_context stuck_context() const {
     if (!waiting_.empty()) return context(waiting_.front());
+    if (!flag_waits_.empty()) return context(flag_waits_.front());
     if (!in_flight_.empty()) return context(in_flight_.front());
     return {rank_, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
   }
@@ -266,9 +366,17 @@ class inproc_execution final : public mimatrix::detail::operation {
       const schedule::step& st = step_at(waiting_.front());
       why += "waiting for " + std::string(schedule::to_string(st.kind)) + " from rank " + std::to_string(st.peer) +
              " (tag " + std::to_string(st.tag) + ")";
+    } else if (!flag_waits_.empty()) {
+      const schedule::step& st = step_at(flag_waits_.front());
+      std::string from;
+      for (const auto& [tag, source] : flag_sources_)
+        if (tag == st.tag) from += (from.empty() ? "" : ", ") + std::to_string(source);
+      why += "in a wait for " + std::to_string(st.count) + " flags with tag " + std::to_string(st.tag) + ", of which " +
+             std::to_string(flags(st.tag)) + " arrived" + (from.empty() ? "" : " (from rank(s) " + from + ")");
     } else if (!in_flight_.empty()) {
       const schedule::step& st = step_at(in_flight_.front());
-      why += "waiting for rank " + std::to_string(st.peer) + " to take a send (tag " + std::to_string(st.tag) + ")";
+      why += "waiting for rank " + std::to_string(st.peer) + " to take a " +
+             std::string(schedule::to_string(st.kind)) + " (tag " + std::to_string(st.tag) + ")";
     } else {
       why += "waiting for the other ranks to enter the call";
     }
@@ -308,8 +416,12 @@ class inproc_execution final : public mimatrix::detail::operation {
   host_buffers mem_;
   std::vector<std::uint32_t> pending_;  // unfinished dependencies per step
   std::unique_ptr<posted_send[]> sends_;  // indexed by step id; used by send steps
-  std::vector<schedule::step_id> ready_, waiting_, in_flight_;
+  std::vector<schedule::step_id> ready_, waiting_, in_flight_, flag_waits_;
   std::vector<std::pair<schedule::step_id, posted_send*>> matched_;
+  std::vector<posted_send*> arrived_;                             // writes being applied
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> flag_counts_;  // (tag, flags) of this call
+  std::vector<std::pair<std::uint32_t, int>> flag_sources_;          // (tag, writer) of every flag raised
+  std::size_t flags_expected_ = 0;                                    // the sum of the waits' counts
   std::size_t completed_ = 0;
   phase phase_ = phase::joining;
   std::error_code ec_;

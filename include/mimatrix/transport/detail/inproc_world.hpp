@@ -1,6 +1,7 @@
 // The state the ranks of one in-process group share: a mailbox per rank, where
-// senders post the address of data that receivers then read directly (zero copy),
-// and a board per call where ranks check each other's signatures.
+// senders post the address of data that receivers then read directly (zero copy) and
+// writers post one-sided writes that the target applies to its own buffers, and a
+// board per call where ranks check each other's signatures.
 #pragma once
 
 #include <atomic>
@@ -12,20 +13,33 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
+#include "mimatrix/schedule/schedule.hpp"
 
 namespace mimatrix::transport::detail {
 
-/// A send waiting for its receiver, which reads `data` in place and then sets `done`.
+/// What a mailbox entry asks of its target.
+enum class posted_kind : std::uint8_t {
+  message,  // a send: the matching recv reads `data`
+  write,    // one-sided: the target copies `data` into its own `dst`, then raises flag `tag`
+  notify,   // one-sided: the target raises flag `tag`
+};
+
+/// A send, write or notify waiting for its target, which reads `data` in place and then
+/// sets `done`. The target owns the buffers a write lands in, so it alone copies into
+/// them, while it runs call `sequence`: lifetimes are never in doubt.
 struct posted_send {
+  posted_kind kind = posted_kind::message;
   int source = -1;
   std::uint64_t sequence = 0;
   std::uint32_t tag = 0;
   const std::byte* data = nullptr;
   std::size_t bytes = 0;
+  schedule::region dst{};  // write only: in the target's buffers
   const signature* sig = nullptr;
   std::atomic<bool> done{false};
 };
@@ -51,11 +65,18 @@ class inproc_world {
     if (size < 1)
       throw error(errc::invalid_argument, "transport::inproc: a group needs at least one rank, got " + std::to_string(size));
     for (int r = 0; r < size; ++r) boxes_.push_back(std::make_unique<mailbox>());
+    const unsigned cores = std::thread::hardware_concurrency();
+    spin_limit_ = cores == 0 || static_cast<unsigned>(size) <= cores ? yields_before_sleep : 0;
   }
   inproc_world(const inproc_world&) = delete;
   inproc_world& operator=(const inproc_world&) = delete;
 
   int size() const { return static_cast<int>(boxes_.size()); }
+
+  /// How often a blocked rank yields before it sleeps. Yielding wins when a peer is
+  /// microseconds away on another core; with more ranks than cores it only burns time
+  /// the peer needs, so then ranks sleep at once.
+  int spin_limit() const { return spin_limit_; }
   mailbox& box(int rank) { return *boxes_[rank]; }
 
   /// Wakes `rank` if it waits for an event.
@@ -164,6 +185,8 @@ class inproc_world {
   }
 
   std::vector<std::unique_ptr<mailbox>> boxes_;
+  static constexpr int yields_before_sleep = 64;
+  int spin_limit_ = 0;
   std::mutex board_mutex_;
   std::map<std::uint64_t, entry> board_;
 };

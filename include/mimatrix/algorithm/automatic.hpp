@@ -1,0 +1,294 @@
+// algorithm::automatic: picks, for every call, the candidate algorithm the cost model
+// predicts fastest, unless a MIMATRIX_ALGO rule pins one; the choice can be printed.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/algorithm/default_for.hpp"
+#include "mimatrix/algorithm/gdraa.hpp"
+#include "mimatrix/algorithm/halving_doubling.hpp"
+#include "mimatrix/algorithm/hdrm.hpp"
+#include "mimatrix/algorithm/hierarchical.hpp"
+#include "mimatrix/algorithm/recursive_doubling.hpp"
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/algorithm/selection.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/log.hpp"
+#include "mimatrix/model/cost.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix::algorithm {
+
+/// What automatic chose for one call, and why.
+struct decision {
+  enum class reason {
+    model,     // the cheapest candidate by the cost model
+    override,  // a MIMATRIX_ALGO rule named it
+    fallback,  // no candidate has a cost model: the first one that runs on the topology
+  };
+  struct estimate {
+    std::string_view algorithm;
+    std::optional<double> seconds;  // empty: the model does not know this algorithm
+  };
+
+  schedule::descriptor desc{};
+  std::string_view topology;
+  double bytes = 0;  // model::message_bytes(desc)
+  std::string_view chosen;
+  std::size_t chosen_index = 0;  // position among the candidates of basic_automatic
+  reason why = reason::model;
+  std::string rule;                  // the MIMATRIX_ALGO rule, when why == override
+  std::vector<estimate> candidates;  // those that run on the topology, in candidate order
+
+  /// The chosen algorithm's predicted time, if the model knows it.
+  std::optional<double> predicted() const {
+    for (const auto& e : candidates)
+      if (e.algorithm == chosen) return e.seconds;
+    return std::nullopt;
+  }
+};
+
+inline std::string_view to_string(decision::reason why) {
+  switch (why) {
+    case decision::reason::model: return "cheapest by the cost model";
+    case decision::reason::override: return "MIMATRIX_ALGO";
+    case decision::reason::fallback: return "first candidate, no cost model";
+  }
+  return "?";
+}
+
+/// "12.3 us", "4.56 ms", "1.2 s".
+inline std::string format_seconds(double seconds) {
+  char text[32];
+  if (seconds < 1e-3) std::snprintf(text, sizeof text, "%.3g us", seconds * 1e6);
+  else if (seconds < 1) std::snprintf(text, sizeof text, "%.3g ms", seconds * 1e3);
+  else std::snprintf(text, sizeof text, "%.3g s", seconds);
+  return text;
+}
+
+/// One line: "allreduce of 8 bytes on 4 ranks (topology ring): recursive_doubling, cheapest
+/// by the cost model; predicted ring 30 us, recursive_doubling 10 us*, ...".
+inline std::string to_string(const decision& d) {
+  std::string s(schedule::to_string(d.desc.kind));
+  s += " of " + std::to_string(static_cast<std::uint64_t>(d.bytes)) + " bytes on " + std::to_string(d.desc.size) +
+       (d.desc.size == 1 ? " rank" : " ranks");
+  if (!d.topology.empty()) s += " (topology " + std::string(d.topology) + ")";
+  s += ": " + std::string(d.chosen) + ", " + std::string(to_string(d.why));
+  if (d.why == decision::reason::override) s += " rule '" + d.rule + "'";
+  s += "; predicted";
+  for (std::size_t i = 0; i < d.candidates.size(); ++i) {
+    const auto& e = d.candidates[i];
+    s += i ? ", " : " ";
+    s += std::string(e.algorithm) + " " + (e.seconds ? format_seconds(*e.seconds) : std::string("(no model)"));
+    if (e.algorithm == d.chosen) s += '*';
+  }
+  return s;
+}
+
+/// What automatic decides with: the machine's numbers and the override rules.
+///
+/// @par Thread Safety
+/// A plain value.
+struct automatic_settings {
+  model::network network{};
+  selection rules{};
+
+  /// Default numbers, rules from MIMATRIX_ALGO (read now, once).
+  static automatic_settings from_environment() {
+    automatic_settings s;
+    s.rules = selection::from_environment();
+    return s;
+  }
+};
+
+/// How a topology shapes the model's inputs. Specialize beside a topology whose shape
+/// the model needs, e.g. hierarchical's ranks per node, or the flows that share a link
+/// when plain halving-doubling runs on BiGraph.
+template <class Topology>
+struct cost_inputs {
+  static model::network adjust(const Topology&, const model::network& net) { return net; }
+};
+
+/// An algorithm that predicts its own time (e.g. a composition whose cost depends on
+/// its parts); otherwise model::predict(name) is asked.
+template <class Algorithm>
+concept predicts_cost = requires(const Algorithm& a, const model::network& n, const schedule::descriptor& d) {
+  { a.predict(n, d) } -> std::convertible_to<std::optional<double>>;
+};
+
+/// Chooses among `Candidates` per call. Only those that `builds_for` the topology are
+/// considered; the choice is a function of the descriptor, the topology and the
+/// settings alone, so every rank makes the same one. Ties go to the earlier candidate.
+/// With MIMATRIX_DEBUG=INFO, rank 0 prints each decision when its schedule is built
+/// (once per call shape: collectives cache schedules); TRACE prints every rank's.
+///
+/// @code
+///   mimatrix::allreduce<transport::inproc, topology::ring, reduce::sum<float>, algorithm::automatic> sum(comm);
+///   // MIMATRIX_ALGO="allreduce@0-8K:recursive_doubling" pins small allreduces.
+/// @endcode
+///
+/// @par Thread Safety
+/// `build` and `decide` are const and may run on any number of threads; the setters
+/// may not run concurrently with them.
+template <class... Candidates>
+class basic_automatic {
+  static_assert(sizeof...(Candidates) > 0, "mimatrix: algorithm::basic_automatic needs at least one candidate");
+
+ public:
+  static constexpr std::string_view name = "automatic";
+
+  /// Default network numbers and MIMATRIX_ALGO's rules; throws invalid_argument when
+  /// MIMATRIX_ALGO is malformed.
+  basic_automatic() : basic_automatic(automatic_settings::from_environment()) {}
+  explicit basic_automatic(automatic_settings settings) : settings_(std::move(settings)) {}
+  /// Candidates with their own tuning (e.g. `ring(policy{...})`).
+  basic_automatic(automatic_settings settings, Candidates... candidates)
+      : settings_(std::move(settings)), candidates_(std::move(candidates)...) {}
+
+  const automatic_settings& settings() const { return settings_; }
+  void set_rules(selection rules) { settings_.rules = std::move(rules); }
+  void set_network(const model::network& net) { settings_.network = net; }
+
+  /// The names of the candidates that run on `Topology`, in order.
+  template <class Topology>
+  static std::vector<std::string_view> candidates_for() {
+    std::vector<std::string_view> names;
+    ((builds_for<Candidates, Topology> ? names.push_back(Candidates::name) : void()), ...);
+    return names;
+  }
+
+  /// What `build` would choose. Throws invalid_argument when a rule names an algorithm
+  /// that cannot run on this topology.
+  template <class Topology>
+    requires(builds_for<Candidates, Topology> || ...)
+  decision decide(const Topology& topo, const schedule::descriptor& desc) const {
+    decision d;
+    d.desc = desc;
+    if constexpr (requires { Topology::name; }) d.topology = Topology::name;
+    d.bytes = model::message_bytes(desc);
+    const model::network net = cost_inputs<Topology>::adjust(topo, settings_.network);
+    std::vector<std::size_t> index;  // candidate position of each estimate
+    estimate_each<Topology>(net, desc, d.candidates, index, std::index_sequence_for<Candidates...>{});
+
+    check_rules<Topology>(d.candidates);
+    const auto bytes = static_cast<std::uint64_t>(d.bytes);
+    if (const selection_rule* rule = settings_.rules.match(desc.kind, bytes)) {
+      for (std::size_t i = 0; i < d.candidates.size(); ++i)
+        if (d.candidates[i].algorithm == rule->algorithm) {
+          d.chosen = d.candidates[i].algorithm;
+          d.chosen_index = index[i];
+          d.why = decision::reason::override;
+          d.rule = rule->text;
+          return d;
+        }
+    }
+    std::optional<std::size_t> best;
+    for (std::size_t i = 0; i < d.candidates.size(); ++i)
+      if (d.candidates[i].seconds && (!best || *d.candidates[i].seconds < *d.candidates[*best].seconds)) best = i;
+    d.why = best ? decision::reason::model : decision::reason::fallback;
+    const std::size_t pick = best.value_or(0);
+    d.chosen = d.candidates[pick].algorithm;
+    d.chosen_index = index[pick];
+    return d;
+  }
+
+  template <class Topology>
+    requires(builds_for<Candidates, Topology> || ...)
+  schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
+    const decision d = decide(topo, desc);
+    if (rank == 0 ? log_enabled(log_level::info) : log_enabled(log_level::trace))
+      log(rank == 0 ? log_level::info : log_level::trace, "rank " + std::to_string(rank) + ": " + to_string(d));
+    std::optional<schedule::schedule> out;
+    build_chosen(d.chosen_index, topo, desc, rank, out, std::index_sequence_for<Candidates...>{});
+    return std::move(*out);
+  }
+
+ private:
+  template <std::size_t I>
+  using candidate = std::tuple_element_t<I, std::tuple<Candidates...>>;
+
+  template <class Topology, std::size_t... I>
+  void estimate_each(const model::network& net, const schedule::descriptor& desc,
+                     std::vector<decision::estimate>& out, std::vector<std::size_t>& index,
+                     std::index_sequence<I...>) const {
+    const auto one = [&]<std::size_t K>() {
+      using C = candidate<K>;
+      if constexpr (builds_for<C, Topology>) {
+        std::optional<double> seconds;
+        if constexpr (predicts_cost<C>) seconds = std::get<K>(candidates_).predict(net, desc);
+        else seconds = model::predict(C::name, net, desc);
+        out.push_back({C::name, seconds});
+        index.push_back(K);
+      }
+    };
+    (one.template operator()<I>(), ...);
+  }
+
+  template <class Topology, std::size_t... I>
+  void build_chosen(std::size_t chosen, const Topology& topo, const schedule::descriptor& desc, int rank,
+                    std::optional<schedule::schedule>& out, std::index_sequence<I...>) const {
+    const auto one = [&]<std::size_t K>() {
+      if constexpr (builds_for<candidate<K>, Topology>)
+        if (K == chosen) out.emplace(std::get<K>(candidates_).build(topo, desc, rank));
+    };
+    (one.template operator()<I>(), ...);
+  }
+
+  /// Every rule must name a candidate that runs here, so a typo fails on the first call
+  /// rather than when its size range first comes up.
+  template <class Topology>
+  void check_rules(const std::vector<decision::estimate>& usable) const {
+    for (std::size_t k = 0; k < settings_.rules.rules().size(); ++k) {
+      const selection_rule& rule = settings_.rules.rules()[k];
+      bool ok = false;
+      for (const auto& e : usable) ok = ok || e.algorithm == rule.algorithm;
+      if (ok) continue;
+      std::string known;
+      for (const auto& e : usable) known += (known.empty() ? "" : ", ") + std::string(e.algorithm);
+      std::string topology = "this topology";
+      if constexpr (requires { Topology::name; }) topology = "topology " + std::string(Topology::name);
+      throw error(errc::invalid_argument, "MIMATRIX_ALGO: rule " + std::to_string(k + 1) + " '" + rule.text +
+                                              "': no algorithm '" + rule.algorithm + "' runs on " + topology +
+                                              "; expected one of: " + known);
+    }
+  }
+
+  automatic_settings settings_;
+  std::tuple<Candidates...> candidates_;
+};
+
+/// BiGraph: plain halving-doubling in rank order puts up to a switch's nodes on one
+/// bipartite link; HDRM's mapping keeps one flow a link.
+template <>
+struct cost_inputs<topology::bigraph> {
+  static model::network adjust(const topology::bigraph& t, model::network net) {
+    net.shared_link_flows = std::max(1, t.nodes_per_switch());
+    return net;
+  }
+};
+
+/// Hierarchical: the model prices intra-node phases on network::local.
+template <class Local, class Global>
+struct cost_inputs<topology::hierarchical<Local, Global>> {
+  static model::network adjust(const topology::hierarchical<Local, Global>& t, model::network net) {
+    net.ranks_per_node = t.local_size();
+    return net;
+  }
+};
+
+/// The candidates automatic chooses among; ties go to the earlier, so the algorithms
+/// made for a topology come first. An algorithm joins by being added here: it needs
+/// only `name` and `build`, the model knows it by name.
+using automatic = basic_automatic<hdrm, gdraa, hierarchical<>, ring, halving_doubling, recursive_doubling>;
+
+}  // namespace mimatrix::algorithm

@@ -1,0 +1,128 @@
+#include "mimatrix/algorithm/halving_doubling.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "mimatrix/schedule/format.hpp"
+#include "mimatrix/schedule/verify.hpp"
+#include "mimatrix/topology/ring.hpp"
+#include "support/grid.hpp"
+
+namespace mimatrix {
+namespace {
+
+using schedule::collective;
+
+std::vector<schedule::schedule> build_group(const algorithm::halving_doubling& algo, const schedule::descriptor& d) {
+  std::vector<schedule::schedule> group;
+  for (int r = 0; r < d.size; ++r) group.push_back(algo.build(topology::ring{}, d, r));
+  return group;
+}
+
+void expect_proved(const algorithm::halving_doubling& algo, const schedule::descriptor& d) {
+  const auto group = build_group(algo, d);
+  for (bool in_place : {false, true}) {
+    const auto result = schedule::verify(group, {in_place});
+    ASSERT_TRUE(result) << schedule::to_string(d.kind) << " p=" << d.size << " count=" << d.count
+                        << " elem_size=" << d.elem_size << " root=" << d.root << " chunk=" << algo.tuning().chunk_bytes
+                        << " mapped=" << !algo.order().empty() << (in_place ? " in place" : " out of place") << ": "
+                        << result.message;
+  }
+}
+
+/// A mapping that moves every rank: k -> (5k + 3) mod p when that is a permutation,
+/// else the reverse order.
+std::vector<int> scrambled(int p) {
+  std::vector<int> order(static_cast<std::size_t>(p));
+  const bool coprime = p % 5 != 0;
+  for (int k = 0; k < p; ++k) order[std::size_t(k)] = coprime ? (5 * k + 3) % p : p - 1 - k;
+  return order;
+}
+
+class halving_doubling_verified : public ::testing::TestWithParam<int> {};
+
+// Every collective, for counts around p, element sizes, chunkings, identity and
+// scrambled mappings, is proved correct in place and out of place.
+TEST_P(halving_doubling_verified, every_collective_count_and_chunking) {
+  const int p = GetParam();
+  const std::size_t sp = static_cast<std::size_t>(p);
+  std::vector<std::size_t> counts{0, 1, 2, 3, sp - 1, sp, sp + 1, 2 * sp + 3};
+  if (p <= 16) counts.push_back(257);
+  std::vector<std::size_t> elem_sizes{4};
+  if (p <= 16) elem_sizes.push_back(2);
+  for (std::size_t elem_size : elem_sizes)
+    for (std::size_t chunk : {std::size_t(256) << 10, 3 * elem_size, elem_size})
+      for (bool mapped : {false, true})
+        for (collective kind : {collective::allreduce, collective::reduce_scatter, collective::allgather,
+                                collective::broadcast})
+          for (std::size_t n : counts) {
+            // Tiny chunks multiply the steps: small groups take all of them, larger
+            // groups the small counts, the largest none.
+            if ((p > 12 || test::quick) && chunk < 4 * elem_size && n > sp + 1) continue;
+            if (p > 24 && chunk < 4 * elem_size) continue;
+            const algorithm::policy tuning{chunk};
+            const algorithm::halving_doubling algo =
+                mapped ? algorithm::halving_doubling(scrambled(p), tuning) : algorithm::halving_doubling(tuning);
+            if (kind == collective::broadcast) {
+              for (int root : {0, p / 2, p - 1}) expect_proved(algo, {kind, p, n, elem_size, root});
+            } else {
+              expect_proved(algo, {kind, p, n, elem_size, 0});
+            }
+            if (HasFatalFailure()) return;
+          }
+}
+
+std::vector<int> verified_world_sizes() {
+  std::vector<int> sizes;
+  for (int p = 1; p <= 64; ++p)
+    if (!test::quick || p <= 16 || p == 31 || p == 32 || p == 33 || p == 64) sizes.push_back(p);
+  return sizes;
+}
+
+INSTANTIATE_TEST_SUITE_P(p, halving_doubling_verified, ::testing::ValuesIn(verified_world_sizes()));
+
+// Rabenseifner's volume: each core rank sends (p-1)/p of the buffer in each half, in
+// lg p messages a half.
+TEST(halving_doubling, allreduce_moves_two_p_minus_one_over_p_of_the_buffer) {
+  const int p = 8;
+  const auto s = algorithm::halving_doubling{}.build(topology::ring{}, {collective::allreduce, p, 800, 4, 0}, 3);
+  std::size_t sent = 0;
+  int sends = 0;
+  for (const auto& st : s.steps)
+    if (st.kind == schedule::step_kind::send) {
+      sent += st.bytes();
+      ++sends;
+    }
+  EXPECT_EQ(sends, 2 * 3) << schedule::to_text(s);
+  EXPECT_EQ(sent, 2u * 700 * 4);
+}
+
+// Non-powers of two fold: the extra ranks send once and receive once.
+TEST(halving_doubling, folded_ranks_send_once_and_receive_the_result) {
+  const int p = 6;  // positions 0 and 2 fold into 1 and 3
+  for (int r : {0, 2}) {
+    const auto s = algorithm::halving_doubling{}.build(topology::ring{}, {collective::allreduce, p, 60, 4, 0}, r);
+    ASSERT_EQ(s.steps.size(), 2u) << schedule::to_text(s);
+    EXPECT_EQ(s.steps[0].kind, schedule::step_kind::send);
+    EXPECT_EQ(s.steps[0].peer, r + 1);
+    EXPECT_EQ(s.steps[1].kind, schedule::step_kind::recv);
+  }
+}
+
+TEST(halving_doubling, a_bad_mapping_is_an_invalid_argument) {
+  const algorithm::halving_doubling algo(std::vector<int>{0, 1, 1});
+  try {
+    (void)algo.build(topology::ring{}, {collective::allreduce, 3, 4, 4, 0}, 0);
+    FAIL() << "expected an error";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("permutation"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)algorithm::halving_doubling(std::vector<int>{0, 1}).build(topology::ring{}, {collective::allreduce, 3, 4, 4, 0}, 0),
+               error);
+}
+
+}  // namespace
+}  // namespace mimatrix
