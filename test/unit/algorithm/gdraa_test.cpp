@@ -10,6 +10,7 @@
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
 #include "support/grid.hpp"
+#include "support/verify_checks.hpp"
 
 namespace mimatrix {
 namespace {
@@ -18,19 +19,10 @@ using schedule::collective;
 using schedule::step_kind;
 
 std::vector<schedule::schedule> build_group(const schedule::descriptor& d) {
-  std::vector<schedule::schedule> group;
-  for (int r = 0; r < d.size; ++r) group.push_back(algorithm::gdraa{}.build({}, d, r));
-  return group;
+  return test::build_group(algorithm::gdraa{}, topology::mesh{}, d);
 }
 
-void expect_proved(const schedule::descriptor& d) {
-  const auto group = build_group(d);
-  for (bool in_place : {false, true}) {
-    const auto result = schedule::verify(group, {in_place});
-    ASSERT_TRUE(result) << schedule::to_string(d) << (in_place ? " in place" : " out of place") << ": "
-                        << result.message;
-  }
-}
+void expect_proved(const schedule::descriptor& d) { test::expect_proved(algorithm::gdraa{}, topology::mesh{}, d); }
 
 class gdraa_verified : public ::testing::TestWithParam<int> {};
 
@@ -51,14 +43,7 @@ TEST_P(gdraa_verified, every_collective_and_count) {
       }
 }
 
-std::vector<int> verified_world_sizes() {
-  std::vector<int> sizes;
-  for (int p = 1; p <= 64; ++p)
-    if (!test::quick || p <= 16 || p == 31 || p == 32 || p == 64) sizes.push_back(p);
-  return sizes;
-}
-
-INSTANTIATE_TEST_SUITE_P(p, gdraa_verified, ::testing::ValuesIn(verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, gdraa_verified, ::testing::ValuesIn(test::verified_world_sizes()));
 
 struct shape {
   int waits = 0, writes = 0, messages = 0;

@@ -9,27 +9,15 @@
 #include "mimatrix/schedule/verify.hpp"
 #include "mimatrix/topology/ring.hpp"
 #include "support/grid.hpp"
+#include "support/verify_checks.hpp"
 
 namespace mimatrix {
 namespace {
 
 using schedule::collective;
 
-std::vector<schedule::schedule> build_group(const algorithm::halving_doubling& algo, const schedule::descriptor& d) {
-  std::vector<schedule::schedule> group;
-  for (int r = 0; r < d.size; ++r) group.push_back(algo.build(topology::ring{}, d, r));
-  return group;
-}
-
 void expect_proved(const algorithm::halving_doubling& algo, const schedule::descriptor& d) {
-  const auto group = build_group(algo, d);
-  for (bool in_place : {false, true}) {
-    const auto result = schedule::verify(group, {in_place});
-    ASSERT_TRUE(result) << schedule::to_string(d.kind) << " p=" << d.size << " count=" << d.count
-                        << " elem_size=" << d.elem_size << " root=" << d.root << " chunk=" << algo.tuning().chunk_bytes
-                        << " mapped=" << !algo.order().empty() << (in_place ? " in place" : " out of place") << ": "
-                        << result.message;
-  }
+  test::expect_proved(algo, topology::ring{}, d, algo.order().empty() ? "" : " mapped");
 }
 
 /// A mapping that moves every rank: k -> (5k + 3) mod p when that is a permutation,
@@ -74,14 +62,7 @@ TEST_P(halving_doubling_verified, every_collective_count_and_chunking) {
           }
 }
 
-std::vector<int> verified_world_sizes() {
-  std::vector<int> sizes;
-  for (int p = 1; p <= 64; ++p)
-    if (!test::quick || p <= 16 || p == 31 || p == 32 || p == 33 || p == 64) sizes.push_back(p);
-  return sizes;
-}
-
-INSTANTIATE_TEST_SUITE_P(p, halving_doubling_verified, ::testing::ValuesIn(verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, halving_doubling_verified, ::testing::ValuesIn(test::verified_world_sizes()));
 
 // Rabenseifner's volume: each core rank sends (p-1)/p of the buffer in each half, in
 // lg p messages a half.

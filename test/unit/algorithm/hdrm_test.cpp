@@ -9,23 +9,14 @@
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
 #include "support/grid.hpp"
+#include "support/verify_checks.hpp"
 
 namespace mimatrix {
 namespace {
 
 using schedule::collective;
 using topology::bigraph;
-
-void expect_proved(const algorithm::hdrm& algo, const bigraph& topo, const schedule::descriptor& d) {
-  std::vector<schedule::schedule> group;
-  for (int r = 0; r < d.size; ++r) group.push_back(algo.build(topo, d, r));
-  for (bool in_place : {false, true}) {
-    const auto result = schedule::verify(group, {in_place});
-    ASSERT_TRUE(result) << schedule::to_string(d.kind) << " p=" << d.size << " count=" << d.count
-                        << " elem_size=" << d.elem_size << " root=" << d.root << " chunk=" << algo.tuning().chunk_bytes
-                        << (in_place ? " in place" : " out of place") << ": " << result.message;
-  }
-}
+using test::expect_proved;
 
 class hdrm_verified : public ::testing::TestWithParam<int> {};
 
@@ -41,22 +32,15 @@ TEST_P(hdrm_verified, every_collective_and_count) {
         if (chunk < 8 && (p > 16 || n > sp + 1)) continue;
         const algorithm::hdrm algo(algorithm::policy{chunk});
         if (kind == collective::broadcast) {
-          for (int root : {0, p - 1}) expect_proved(algo, {}, {kind, p, n, 4, root});
+          for (int root : {0, p - 1}) expect_proved(algo, bigraph{}, {kind, p, n, 4, root});
         } else {
-          expect_proved(algo, {}, {kind, p, n, 4, 0});
+          expect_proved(algo, bigraph{}, {kind, p, n, 4, 0});
         }
         if (HasFatalFailure()) return;
       }
 }
 
-std::vector<int> verified_world_sizes() {
-  std::vector<int> sizes;
-  for (int p = 1; p <= 64; ++p)
-    if (!test::quick || p <= 16 || p == 31 || p == 32 || p == 33 || p == 64) sizes.push_back(p);
-  return sizes;
-}
-
-INSTANTIATE_TEST_SUITE_P(p, hdrm_verified, ::testing::ValuesIn(verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, hdrm_verified, ::testing::ValuesIn(test::verified_world_sizes()));
 
 // Full power-of-two BiGraphs with M <= N/2, up to 1024 ranks: allreduce, small counts.
 TEST(hdrm, full_bigraphs_up_to_1024_ranks) {

@@ -9,6 +9,7 @@
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
 #include "support/grid.hpp"
+#include "support/verify_checks.hpp"
 
 namespace mimatrix {
 namespace {
@@ -21,21 +22,8 @@ static_assert(std::is_same_v<algorithm::default_for<ring_topo>, ring_algo>,
               "a hierarchical topology of rings defaults to hierarchical<ring, ring>");
 static_assert(algorithm::builds_for<algorithm::hierarchical<>, ring_topo>);
 
-std::vector<schedule::schedule> build_group(const ring_algo& algo, const ring_topo& topo,
-                                            const schedule::descriptor& d) {
-  std::vector<schedule::schedule> group;
-  for (int r = 0; r < d.size; ++r) group.push_back(algo.build(topo, d, r));
-  return group;
-}
-
 void expect_proved(const ring_algo& algo, const ring_topo& topo, const schedule::descriptor& d) {
-  const auto group = build_group(algo, topo, d);
-  for (bool in_place : {false, true}) {
-    const auto result = schedule::verify(group, {in_place});
-    ASSERT_TRUE(result) << schedule::to_string(d.kind) << " p=" << d.size << " node size " << topo.local_size()
-                        << " count=" << d.count << " root=" << d.root << (in_place ? " in place" : " out of place")
-                        << ": " << result.message;
-  }
+  test::expect_proved(algo, topo, d, " node size " + std::to_string(topo.local_size()));
 }
 
 void prove_every_collective(const ring_algo& algo, const ring_topo& topo, int p) {

@@ -9,26 +9,15 @@
 #include "mimatrix/schedule/verify.hpp"
 #include "mimatrix/topology/ring.hpp"
 #include "support/grid.hpp"
+#include "support/verify_checks.hpp"
 
 namespace mimatrix {
 namespace {
 
 using schedule::collective;
 
-std::vector<schedule::schedule> build_group(const schedule::descriptor& d) {
-  std::vector<schedule::schedule> group;
-  for (int r = 0; r < d.size; ++r) group.push_back(algorithm::recursive_doubling{}.build(topology::ring{}, d, r));
-  return group;
-}
-
 void expect_proved(const schedule::descriptor& d) {
-  const auto group = build_group(d);
-  for (bool in_place : {false, true}) {
-    const auto result = schedule::verify(group, {in_place});
-    ASSERT_TRUE(result) << schedule::to_string(d.kind) << " p=" << d.size << " count=" << d.count
-                        << " elem_size=" << d.elem_size << " root=" << d.root
-                        << (in_place ? " in place" : " out of place") << ": " << result.message;
-  }
+  test::expect_proved(algorithm::recursive_doubling{}, topology::ring{}, d);
 }
 
 class recursive_doubling_verified : public ::testing::TestWithParam<int> {};
@@ -53,14 +42,7 @@ TEST_P(recursive_doubling_verified, every_collective_and_count) {
       }
 }
 
-std::vector<int> verified_world_sizes() {
-  std::vector<int> sizes;
-  for (int p = 1; p <= 64; ++p)
-    if (!test::quick || p <= 16 || p == 31 || p == 32 || p == 33 || p == 64) sizes.push_back(p);
-  return sizes;
-}
-
-INSTANTIATE_TEST_SUITE_P(p, recursive_doubling_verified, ::testing::ValuesIn(verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, recursive_doubling_verified, ::testing::ValuesIn(test::verified_world_sizes()));
 
 // lg p exchanges of the whole buffer, no more.
 TEST(recursive_doubling, allreduce_exchanges_the_whole_buffer_lg_p_times) {

@@ -8,29 +8,14 @@
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
 #include "support/grid.hpp"
+#include "support/verify_checks.hpp"
 
 namespace mimatrix {
 namespace {
 
 using schedule::collective;
-
-std::vector<schedule::schedule> build_group(const algorithm::ring& algo, const topology::ring& topo,
-                                            const schedule::descriptor& d) {
-  std::vector<schedule::schedule> group;
-  for (int r = 0; r < d.size; ++r) group.push_back(algo.build(topo, d, r));
-  return group;
-}
-
-void expect_proved(const algorithm::ring& algo, const topology::ring& topo, const schedule::descriptor& d) {
-  const auto group = build_group(algo, topo, d);
-  for (bool in_place : {false, true}) {
-    const auto result = schedule::verify(group, {in_place});
-    ASSERT_TRUE(result) << schedule::to_string(d.kind) << " p=" << d.size << " count=" << d.count
-                        << " elem_size=" << d.elem_size << " root=" << d.root << " chunk="
-                        << algo.tuning().chunk_bytes << (in_place ? " in place" : " out of place") << ": "
-                        << result.message;
-  }
-}
+using test::build_group;
+using test::expect_proved;
 
 class ring_verified : public ::testing::TestWithParam<int> {};
 
@@ -52,22 +37,15 @@ TEST_P(ring_verified, every_collective_count_and_chunking) {
           if (p > 12 && chunk < 4 * elem_size && n > sp + 1) continue;
           const algorithm::ring algo(algorithm::policy{chunk});
           if (kind == collective::broadcast) {
-            for (int root : {0, p / 2, p - 1}) expect_proved(algo, {}, {kind, p, n, elem_size, root});
+            for (int root : {0, p / 2, p - 1}) expect_proved(algo, topology::ring{}, {kind, p, n, elem_size, root});
           } else {
-            expect_proved(algo, {}, {kind, p, n, elem_size, 0});
+            expect_proved(algo, topology::ring{}, {kind, p, n, elem_size, 0});
           }
           if (HasFatalFailure()) return;
         }
 }
 
-std::vector<int> verified_world_sizes() {
-  std::vector<int> sizes;
-  for (int p = 1; p <= 64; ++p)
-    if (!test::quick || p <= 16 || p == 31 || p == 32 || p == 64) sizes.push_back(p);
-  return sizes;
-}
-
-INSTANTIATE_TEST_SUITE_P(p, ring_verified, ::testing::ValuesIn(verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, ring_verified, ::testing::ValuesIn(test::verified_world_sizes()));
 
 TEST(ring, permuted_rings_are_proved_too) {
   for (int p : {3, 5, 8, 13}) {
@@ -100,7 +78,7 @@ TEST(ring, allreduce_sends_each_rank_two_p_minus_one_blocks) {
 // in-place allgather receive from overwriting a block still being sent is caught.
 TEST(ring, the_verifier_catches_a_dropped_dependency) {
   const schedule::descriptor d{collective::allreduce, 4, 40, 4, 0};
-  auto group = build_group(algorithm::ring{}, {}, d);
+  auto group = build_group(algorithm::ring{}, topology::ring{}, d);
   ASSERT_TRUE(schedule::verify(group, {true}));
   auto& steps = group[1].steps;
   bool dropped = false;
