@@ -8,6 +8,9 @@ set(_mimatrix_targets mimatrix_core mimatrix_mimatrix)
 if(TARGET mimatrix_cuda)
   list(APPEND _mimatrix_targets mimatrix_cuda)
 endif()
+if(TARGET mimatrix_fabric)
+  list(APPEND _mimatrix_targets mimatrix_fabric)
+endif()
 
 install(DIRECTORY include/mimatrix TYPE INCLUDE)
 # INCLUDES DESTINATION puts the installed include directory on the exported targets: the
@@ -23,5 +26,6 @@ configure_package_config_file(cmake/mimatrix-config.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/mimatrix-config-version.cmake
   COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
 install(FILES ${PROJECT_BINARY_DIR}/mimatrix-config.cmake
+              cmake/libfabric.cmake
               ${PROJECT_BINARY_DIR}/mimatrix-config-version.cmake
         DESTINATION ${MIMATRIX_CMAKE_DIR})

@@ -2,6 +2,7 @@
 // was wrong and on which rank, the schedule cache, and the hand-off to the transport.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -11,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/communicator.hpp"
@@ -19,6 +21,7 @@
 #include "mimatrix/core/signature.hpp"
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/request.hpp"
+#include "mimatrix/schedule/lower.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/topology/layout.hpp"
 #include "mimatrix/transport/backend.hpp"
@@ -96,9 +99,28 @@ class collective_engine {
     const auto key = std::make_tuple(d.kind, d.count, d.elem_size, d.root);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     if (plans_.size() >= max_cached_plans) plans_.clear();
-    auto plan = std::make_shared<const schedule::schedule>(algo_.build(topo_, d, comm_.rank()));
+    auto plan = std::make_shared<const schedule::schedule>(build(d));
     plans_.emplace(key, plan);
     return plan;
+  }
+
+  /// This rank's schedule; one-sided steps become messages when the transport cannot run
+  /// them, which needs every rank's schedule (a wait's receives come from its writers).
+  schedule::schedule build(const schedule::descriptor& d) const {
+    schedule::schedule mine = algo_.build(topo_, d, comm_.rank());
+    if constexpr (!transport::runs_one_sided<Transport>) {
+      const bool one_sided = std::any_of(mine.steps.begin(), mine.steps.end(), [](const schedule::step& st) {
+        return schedule::is_one_sided(st.kind) || st.kind == schedule::step_kind::wait;
+      });
+      if (one_sided) {
+        std::vector<schedule::schedule> group;
+        group.reserve(std::size_t(comm_.size()));
+        for (int r = 0; r < comm_.size(); ++r)
+          group.push_back(r == comm_.rank() ? mine : algo_.build(topo_, d, r));
+        return std::move(schedule::lower_one_sided(group)[std::size_t(comm_.rank())]);
+      }
+    }
+    return mine;
   }
 
   static constexpr std::size_t max_cached_plans = 64;

@@ -27,4 +27,10 @@ concept backend = requires(T& t, const T& ct, std::shared_ptr<const schedule::sc
   t.fail(sig, errc::invalid_argument, why);  // this rank will not take part in call `sig`
 };
 
+/// Whether `T` runs write, notify and wait itself (`static constexpr bool
+/// native_one_sided = true`); for other transports the collectives lower those steps to
+/// messages with schedule::lower_one_sided.
+template <class T>
+inline constexpr bool runs_one_sided = requires { requires T::native_one_sided; };
+
 }  // namespace mimatrix::transport

@@ -40,6 +40,8 @@ class inproc {
   int rank() const { return rank_; }
   int size() const { return world_->size(); }
   static constexpr const char* name = "inproc";
+  /// Writes land in the target's buffers; waits count flags.
+  static constexpr bool native_one_sided = true;
 
   /// Starts executing `plan` on this rank; progress happens in the returned operation.
   template <reduce::operation Op>

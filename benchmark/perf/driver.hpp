@@ -1,0 +1,147 @@
+// The nccl-tests size sweep over any library: a binary implements `runner` for its collective
+// and calls run_sweep; the columns, timing rules and checks are the same for every library.
+//
+// A runner is one rank's view of one collective. Every rank calls run_sweep, which calls the
+// runner's members in the same order on every rank (they may be collective):
+//
+//   rank(), size()              this rank and the world size
+//   prepare(shape, in_place)    make buffers for shape.send_count / shape.recv_count elements of
+//                               opts.type (keep them across calls when large enough), fill the
+//                               input with bytes::fill_input and the output with the sentinel;
+//                               in_place: the output is the input (MPI_IN_PLACE)
+//   run()                       one collective over the prepared buffers, returns when complete
+//   check()                     this rank's wrong output elements after the last run()
+//                               (bytes::check_allreduce and friends)
+//   barrier()                   all ranks
+//   combine(value, how)         `value` reduced over all ranks (sum, min or max); rank 0 uses it
+//
+// Example, an MPI allreduce (see benchmark/baselines/mpi_allreduce_perf.cpp for all of it):
+//
+//   struct mpi_runner {
+//     perf::options const& o; std::vector<std::byte> in, out; std::size_t n = 0; bool inplace = false;
+//     int rank() const; int size() const;
+//     void prepare(perf::shape const& s, bool in_place) {
+//       n = s.count; inplace = in_place; in.resize(n * perf::size_of(o.type)); out.resize(in.size());
+//       perf::bytes::fill_input(o.type, in.data(), n, o.op, rank());
+//       perf::bytes::fill_sentinel(o.type, out.data(), n);
+//     }
+//     void run() { MPI_Allreduce(inplace ? MPI_IN_PLACE : in.data(), inplace ? in.data() : out.data(), ...); }
+//     std::size_t check() { return perf::bytes::check_allreduce(o.type, inplace ? in.data() : out.data(), n, o.op, size()); }
+//     void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+//     double combine(double v, perf::combine_op how) { MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, ..., MPI_COMM_WORLD); return v; }
+//   };
+//   int main(int argc, char** argv) {
+//     MPI_Init(&argc, &argv);
+//     auto const o = perf::parse_or_exit(argc, argv);
+//     mpi_runner r{o};
+//     int const rc = perf::run_sweep(r, o, {"mpi_allreduce_perf", "OpenMPI", perf::collective::allreduce}).exit_code();
+//     MPI_Finalize();
+//     return rc;
+//   }
+//
+// Timing as nccl-tests: per size and placement, warmup_iters calls, a barrier, then iters calls
+// back to back timed together; the time is their mean, combined over ranks as -a says. With -c 1
+// the input is filled again and one more, untimed, call is checked.
+#pragma once
+
+#include "args.hpp"
+#include "data.hpp"
+#include "datatype.hpp"
+#include "report.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace mimatrix::perf {
+
+enum class combine_op { sum, min, max };
+
+template <class R>
+concept runner = requires(R& r, R const& cr, shape const& s, bool in_place, double v, combine_op how) {
+  { cr.rank() } -> std::convertible_to<int>;
+  { cr.size() } -> std::convertible_to<int>;
+  r.prepare(s, in_place);
+  r.run();
+  { r.check() } -> std::convertible_to<std::size_t>;
+  r.barrier();
+  { r.combine(v, how) } -> std::convertible_to<double>;
+};
+
+// What a sweep found: identical on every rank (wrong counts are combined), rows filled on all.
+struct sweep_result {
+  std::vector<row> rows;
+  std::size_t wrong = 0;
+  double average_busbw = 0;
+  bool bad_arguments = false;
+  // 0 all correct, 1 wrong elements, 2 arguments the collective cannot take.
+  [[nodiscard]] int exit_code() const { return bad_arguments ? 2 : wrong ? 1 : 0; }
+};
+
+namespace detail {
+
+template <runner R>
+double time_calls(R& r, options const& o) {
+  for (int i = 0; i < o.warmup_iters; ++i) r.run();
+  r.barrier();
+  auto const t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) r.run();
+  auto const t1 = std::chrono::steady_clock::now();
+  double const local = std::chrono::duration<double>(t1 - t0).count() / o.iters;
+  switch (o.average) {
+    case time_average::rank0: return local;  // only rank 0 prints; no collective needed
+    case time_average::mean: return r.combine(local, combine_op::sum) / r.size();
+    case time_average::min: return r.combine(local, combine_op::min);
+    case time_average::max: return r.combine(local, combine_op::max);
+  }
+  return local;
+}
+
+template <runner R>
+std::size_t checked_call(R& r, options const& o, shape const& s, bool in_place) {
+  if (!o.check) return 0;
+  r.prepare(s, in_place);  // the timed calls overwrote an in-place input
+  r.run();
+  double const wrong = r.combine(static_cast<double>(r.check()), combine_op::sum);
+  return static_cast<std::size_t>(wrong);
+}
+
+}  // namespace detail
+
+// Runs the sweep on every rank; rank 0 prints the nccl-tests table (and -J JSON) to `out`.
+template <runner R>
+sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = stdout) {
+  info.nranks = r.size();
+  bool const printer = r.rank() == 0;
+  sweep_result result;
+  if (has_root(info.coll) && (o.root < 0 || o.root >= info.nranks)) {
+    if (printer) std::fprintf(stderr, "%s: root %d is not a rank of %d\n", info.program.c_str(), o.root, info.nranks);
+    result.bad_arguments = true;
+    return result;
+  }
+  reporter rep(o, info, printer, out);
+  rep.header();
+  std::size_t const type_size = size_of(o.type);
+  for (std::size_t bytes : sweep_sizes(o)) {
+    shape const s = shape_of(info.coll, bytes, type_size, info.nranks);
+    double times[2];
+    std::size_t wrong[2];
+    for (int placement = 0; placement < 2; ++placement) {
+      bool const in_place = placement == 1;
+      r.prepare(s, in_place);
+      times[placement] = detail::time_calls(r, o);
+      wrong[placement] = detail::checked_call(r, o, s, in_place);
+    }
+    rep.add(s, times[0], wrong[0], times[1], wrong[1]);
+  }
+  rep.footer();
+  result.rows = rep.rows();
+  result.wrong = rep.total_wrong();
+  result.average_busbw = rep.average_busbw();
+  return result;
+}
+
+}  // namespace mimatrix::perf

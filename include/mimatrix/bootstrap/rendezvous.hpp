@@ -1,0 +1,169 @@
+// Opening the job's rendezvous store from the environment, and the two things ranks do
+// through it at start-up: all-gather a blob (an address, a memory key) and wait for all.
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/bootstrap/env.hpp"
+#include "mimatrix/bootstrap/file_store.hpp"
+#include "mimatrix/bootstrap/memory_store.hpp"
+#include "mimatrix/bootstrap/store.hpp"
+#include "mimatrix/bootstrap/tcp_store.hpp"
+#include "mimatrix/core/error.hpp"
+
+namespace mimatrix::bootstrap {
+
+namespace detail {
+
+/// "host:port" or "[v6]:port" into its parts; throws naming `what` (the variable) otherwise.
+inline std::pair<std::string, int> split_host_port(std::string_view text, const std::string& what) {
+  auto bad = [&] {
+    return error(errc::invalid_argument, what + "='" + std::string(text) + "' is not tcp://host:port");
+  };
+  std::string_view host, port;
+  if (text.starts_with('[')) {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || text.substr(close + 1, 1) != ":") throw bad();
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) throw bad();
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  int p = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (host.empty() || port.empty() || ec != std::errc{} || end != port.data() + port.size() || p < 1 || p > 65535)
+    throw bad();
+  return {std::string(host), p};
+}
+
+}  // namespace detail
+
+/// The job's store, chosen by the environment `get` reads:
+///   MIMATRIX_STORE=file:/shared/dir      a file_store there
+///   MIMATRIX_STORE=tcp://host:port       a tcp_store, served by rank 0
+///   MASTER_ADDR and MASTER_PORT          a tcp_store, served by rank 0 (torchrun, mimatrix-run)
+///   nothing, and `self.size` is 1        a memory_store
+/// Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) torchrun itself serves
+/// MASTER_PORT, so rank 0 serves on MASTER_PORT + 1 instead. `timeout` bounds connecting.
+/// Throws errc::invalid_argument saying what to set when there is more than one rank and
+/// nothing is set, or when a value is malformed.
+inline std::unique_ptr<store> open_store(const identity& self, std::chrono::milliseconds timeout,
+                                         const env_lookup& get) {
+  const bool serve = self.rank == 0;
+  if (const char* spec = get("MIMATRIX_STORE"); spec && *spec) {
+    const std::string_view text(spec);
+    if (text.starts_with("file:")) {
+      if (text.size() == 5) throw error(errc::invalid_argument, "MIMATRIX_STORE='" + std::string(text) + "' names no directory");
+      return std::make_unique<file_store>(std::string(text.substr(5)));
+    }
+    if (text.starts_with("tcp://")) {
+      auto [host, port] = detail::split_host_port(text.substr(6), "MIMATRIX_STORE");
+      return std::make_unique<tcp_store>(host, port, serve, timeout);
+    }
+    if (text == "memory:" && self.size == 1) return std::make_unique<memory_store>();
+    throw error(errc::invalid_argument, "MIMATRIX_STORE='" + std::string(text) +
+                                            "' is neither file:/shared/dir nor tcp://host:port");
+  }
+  const char* addr = get("MASTER_ADDR");
+  const char* port_text = get("MASTER_PORT");
+  if (addr || port_text) {
+    if (!addr || !*addr || !port_text)
+      throw error(errc::invalid_argument, std::string(addr ? "MASTER_ADDR" : "MASTER_PORT") + " is set but " +
+                                              (addr ? "MASTER_PORT" : "MASTER_ADDR") + " is not (or is empty): set both");
+    int port = detail::parse_env_int("MASTER_PORT", port_text);
+    if (port < 1 || port > 65535)
+      throw error(errc::invalid_argument, "MASTER_PORT='" + std::string(port_text) + "' is not a port in [1, 65535]");
+    if (const char* agent = get("TORCHELASTIC_USE_AGENT_STORE"); agent && std::string_view(agent) == "True") {
+      if (port == 65535) throw error(errc::invalid_argument, "MASTER_PORT=65535 leaves no port for mimatrix's store under torchrun");
+      ++port;
+    }
+    return std::make_unique<tcp_store>(addr, port, serve, timeout);
+  }
+  if (self.size == 1) return std::make_unique<memory_store>();
+  throw error(errc::invalid_argument,
+              "rank " + std::to_string(self.rank) + " of " + std::to_string(self.size) + " (" + self.launcher +
+                  " launcher) has no rendezvous store: set MASTER_ADDR and MASTER_PORT (torchrun, mimatrix-run), "
+                  "or MIMATRIX_STORE=file:/shared/dir (a directory every rank sees) or MIMATRIX_STORE=tcp://host:port "
+                  "(rank 0's host)");
+}
+
+/// open_store() reading this process's environment.
+inline std::unique_ptr<store> open_store(const identity& self, std::chrono::milliseconds timeout) {
+  return open_store(self, timeout, [](const char* name) -> const char* { return std::getenv(name); });
+}
+
+/// Every rank's `mine`, in rank order: rank r publishes "<prefix>/<r>" and reads the
+/// others'. Use a fresh prefix for each exchange. Throws errc::timeout naming the ranks
+/// still missing when `timeout` (for the whole exchange) passes.
+inline std::vector<std::vector<std::byte>> all_gather(store& s, const std::string& prefix, int rank, int size,
+                                                      const std::vector<std::byte>& mine,
+                                                      std::chrono::milliseconds timeout) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw error(errc::invalid_argument, "all_gather '" + prefix + "': rank " + std::to_string(rank) +
+                                            " is not in a group of " + std::to_string(size));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  s.set(prefix + "/" + std::to_string(rank), mine);
+  std::vector<std::vector<std::byte>> all(static_cast<std::size_t>(size));
+  all[static_cast<std::size_t>(rank)] = mine;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const auto left = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(0));
+    try {
+      all[static_cast<std::size_t>(r)] = s.get(prefix + "/" + std::to_string(r), left);
+    } catch (const error& e) {
+      if (e.code() != errc::timeout) throw;
+      std::string missing;
+      for (int m = r; m < size; ++m) {
+        if (m == rank) continue;
+        if (m != r) {  // a zero-wait look: is it there now?
+          try { s.get(prefix + "/" + std::to_string(m), std::chrono::milliseconds(0)); continue; } catch (const error&) {}
+        }
+        missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+      }
+      throw error(errc::timeout, describe({.rank = rank, .operation = "all_gather"},
+                                          "'" + prefix + "' at " + s.where() + ": rank(s) " + missing +
+                                              " did not publish within " + std::to_string(timeout.count()) + " ms"));
+    }
+  }
+  return all;
+}
+
+/// Waits until `size` ranks have entered the barrier `name`. A name may be reused: each
+/// `size` arrivals complete one round. Throws errc::timeout saying how many of how many
+/// ranks arrived when `timeout` passes.
+inline void barrier(store& s, const std::string& name, int size, std::chrono::milliseconds timeout) {
+  if (size < 1) throw error(errc::invalid_argument, "barrier '" + name + "': size " + std::to_string(size) + " < 1");
+  const std::int64_t arrival = s.add(name + "/arrived", 1);  // 1-based, counting every round
+  const std::int64_t round = (arrival - 1) / size;
+  const std::string done = name + "/done/" + std::to_string(round);
+  if (arrival % size == 0) {
+    s.set(done, {});
+    return;
+  }
+  try {
+    s.get(done, timeout);
+  } catch (const error& e) {
+    if (e.code() != errc::timeout) throw;
+    const std::int64_t arrived = std::min<std::int64_t>(s.add(name + "/arrived", 0) - round * size, size);
+    throw error(errc::timeout, "barrier '" + name + "' at " + s.where() + ": " + std::to_string(arrived) + " of " +
+                                   std::to_string(size) + " ranks arrived within " + std::to_string(timeout.count()) +
+                                   " ms");
+  }
+}
+
+}  // namespace mimatrix::bootstrap

@@ -1,0 +1,120 @@
+// transport::fabric: ranks are processes, on one machine or many, connected by libfabric
+// reliable-datagram endpoints (shm, tcp;ofi_rxm here; verbs;ofi_rxm or efa on clusters).
+// Ranks find each other through the bootstrap store; data moves as tagged messages.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "mimatrix/bootstrap/env.hpp"
+#include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/bootstrap/store.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/fabric/endpoint.hpp"
+#include "mimatrix/transport/fabric/execution.hpp"
+
+namespace mimatrix::transport {
+
+/// How a fabric endpoint is opened. Each field left empty or default is read from the
+/// environment (the variable named beside it), so one binary runs on any cluster.
+struct fabric_options {
+  /// libfabric provider, e.g. "shm", "tcp;ofi_rxm", "verbs;ofi_rxm", "efa".
+  /// Empty: MIMATRIX_PROVIDER, else FI_PROVIDER, else "shm" when every rank runs on this
+  /// host, else libfabric's first choice.
+  std::string provider;
+  /// How long start-up (store, address exchange) may take. MIMATRIX_STARTUP_TIMEOUT_MS.
+  std::chrono::milliseconds startup_timeout{60000};
+  /// Register every buffer even when the provider does not ask for it (tests the
+  /// registration path on shm and tcp). MIMATRIX_FABRIC_REGISTER=always.
+  bool register_always = false;
+};
+
+/// One rank's endpoint in a group of processes.
+///
+/// @code
+///   mimatrix::communicator<mimatrix::transport::fabric> comm;   // RANK, WORLD_SIZE, MASTER_ADDR...
+///   mimatrix::allreduce<mimatrix::transport::fabric, mimatrix::topology::ring, mimatrix::reduce::sum<float>> sum(comm);
+///   sum(gradients);
+/// @endcode
+///
+/// @par Thread Safety
+/// One thread at a time (the communicator over it has the same rule). Copies share the
+/// endpoint.
+class fabric {
+ public:
+  static constexpr const char* name = "fabric";
+  /// One-sided schedule steps run as messages here (the collectives lower them).
+  static constexpr bool native_one_sided = false;
+
+  /// Rank, size and store from the environment (see bootstrap/env.hpp, rendezvous.hpp).
+  explicit fabric(fabric_options options = {}) : fabric(bootstrap::identity_from_environment(), nullptr, options) {}
+
+  /// An explicit identity and store (nullptr: open the store the environment names).
+  fabric(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store, fabric_options options = {}) {
+    options = resolve(std::move(options), id);
+    if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
+    endpoint_ = std::make_shared<detail::fabric_endpoint>(
+        id, std::move(store), detail::fabric_settings{options.provider, options.startup_timeout, options.register_always});
+  }
+
+  int rank() const { return endpoint_->rank(); }
+  int size() const { return endpoint_->size(); }
+  /// The provider libfabric opened, e.g. "shm" or "tcp;ofi_rxm".
+  const std::string& provider() const { return endpoint_->provider(); }
+  /// Buffers registered so far, and lookups the cache answered (FI_MR_LOCAL providers).
+  std::size_t registrations() const { return endpoint_->registrations().registrations(); }
+  std::size_t registration_hits() const { return endpoint_->registrations().hits(); }
+
+  template <reduce::operation Op>
+  std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
+                                                     const std::byte* input, std::byte* output,
+                                                     const signature& sig, const Op& op,
+                                                     std::chrono::milliseconds timeout) {
+    return std::make_unique<detail::fabric_execution<Op>>(endpoint_, std::move(plan), input, output, sig, op, timeout);
+  }
+
+  /// This rank will not take part in call `sig`: every peer fails it with `code` at once.
+  void fail(const signature& sig, errc code, const std::string& why) {
+    endpoint_->announce_failure(sig.sequence, code, why);
+  }
+
+ private:
+  static fabric_options resolve(fabric_options o, const bootstrap::identity& id) {
+    auto env = [](const char* name) -> std::string {
+      const char* v = std::getenv(name);
+      return v ? v : "";
+    };
+    if (o.provider.empty()) o.provider = env("MIMATRIX_PROVIDER");
+    if (o.provider.empty()) o.provider = env("FI_PROVIDER");
+    if (o.provider.empty() && id.local_size == id.size) o.provider = "shm";
+    if (const std::string ms = env("MIMATRIX_STARTUP_TIMEOUT_MS"); !ms.empty()) {
+      char* end = nullptr;
+      const long long v = std::strtoll(ms.c_str(), &end, 10);
+      if (*end != '\0' || v <= 0)
+        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
+                                                ": MIMATRIX_STARTUP_TIMEOUT_MS must be a positive number of "
+                                                "milliseconds, got '" + ms + "'");
+      o.startup_timeout = std::chrono::milliseconds(v);
+    }
+    if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
+      if (reg != "always" && reg != "auto")
+        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
+                                                ": MIMATRIX_FABRIC_REGISTER must be 'always' or 'auto', got '" + reg +
+                                                "'");
+      o.register_always = reg == "always";
+    }
+    return o;
+  }
+
+  std::shared_ptr<detail::fabric_endpoint> endpoint_;
+};
+
+}  // namespace mimatrix::transport

@@ -1,0 +1,498 @@
+// One rank's libfabric endpoint: provider selection, the reliable-datagram endpoint with
+// its completion queue and address vector, the address exchange through the rendezvous
+// store, and the progress engine that hands completions to the calls they belong to.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mimatrix/bootstrap/env.hpp"
+#include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/bootstrap/store.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/registration_cache.hpp"
+#include "mimatrix/transport/fabric/wire.hpp"
+
+namespace mimatrix::transport::detail {
+
+/// What an endpoint is built with (see transport::fabric_options for the public form).
+struct fabric_settings {
+  std::string provider;  // empty: libfabric's first choice
+  std::chrono::milliseconds startup_timeout{60000};
+  bool register_always = false;
+};
+
+class fabric_call;
+
+/// A posted libfabric operation. `ctx` comes first: the completion's op_context is the
+/// address of this object. A call that fails orphans its requests (owner = nullptr), and
+/// the endpoint reclaims each one when the provider finally completes or cancels it.
+struct fabric_request {
+  enum class purpose : std::uint8_t { data, control_send, control_recv };
+
+  fi_context2 ctx{};
+  fabric_call* owner = nullptr;
+  std::uint32_t step = 0;
+  purpose what = purpose::data;
+  std::vector<std::byte> payload;  // control messages only
+};
+
+/// The part of a call the endpoint talks to.
+class fabric_call {
+ public:
+  virtual void on_complete(fabric_request& r, const fi_cq_tagged_entry& e) = 0;
+  virtual void on_error(fabric_request& r, const fi_cq_err_entry& e) = 0;
+
+ protected:
+  ~fabric_call() = default;
+};
+
+/// A block of host memory reused across calls (scratch and receive staging), so the
+/// steady state allocates and registers nothing.
+struct fabric_arena {
+  struct free_aligned {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<std::byte[], free_aligned> data;
+  std::size_t bytes = 0;
+};
+
+struct fabric_failure {
+  errc code;
+  std::string message;
+};
+
+class fabric_endpoint {
+  using clock = std::chrono::steady_clock;
+
+ public:
+  fabric_endpoint(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store, fabric_settings settings)
+      : rank_(id.rank), size_(id.size), store_(std::move(store)), settings_(std::move(settings)) {
+    if (size_ > wire::max_ranks)
+      throw error(errc::invalid_argument, "transport::fabric: " + std::to_string(size_) + " ranks exceed the " +
+                                              std::to_string(wire::max_ranks) + " a tag can name");
+    try {
+      open();
+      exchange_addresses();
+      for (int k = 0; k < control_receives; ++k) post_control_receive(acquire(nullptr, 0));
+      bootstrap::barrier(*store_, prefix_ + "ready", size_, settings_.startup_timeout);
+    } catch (...) {
+      close();
+      throw;
+    }
+  }
+  fabric_endpoint(const fabric_endpoint&) = delete;
+  fabric_endpoint& operator=(const fabric_endpoint&) = delete;
+
+  ~fabric_endpoint() {
+    say_goodbye();
+    close();
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& provider() const { return provider_; }
+  fid_ep* ep() const { return ep_; }
+  fi_addr_t address(int peer) const { return peers_[std::size_t(peer)]; }
+  registration_cache& registrations() { return *mr_; }
+  /// The provider's text for a completion error (valid while it is being dispatched).
+  std::string explain(const fi_cq_err_entry& e) const { return explain_completion(cq_, e, provider_); }
+
+  /// Whether data messages carry the call's signature as remote CQ data.
+  bool carries_signature() const { return carries_signature_; }
+
+  // ---- requests ------------------------------------------------------------------
+
+  fabric_request* acquire(fabric_call* owner, std::uint32_t step) {
+    fabric_request* r;
+    if (free_.empty()) {
+      all_.push_back(std::make_unique<fabric_request>());
+      r = all_.back().get();
+    } else {
+      r = free_.back();
+      free_.pop_back();
+    }
+    r->ctx = {};
+    r->owner = owner;
+    r->step = step;
+    r->what = fabric_request::purpose::data;
+    return r;
+  }
+  void release(fabric_request* r) {
+    r->owner = nullptr;
+    free_.push_back(r);
+  }
+  /// A failed call's request still known to the provider: reclaimed on its completion.
+  void orphan(fabric_request* r) {
+    r->owner = nullptr;
+    ++orphans_;
+  }
+  std::size_t orphans() const { return orphans_; }
+
+  // ---- arenas --------------------------------------------------------------------
+
+  fabric_arena take_arena(std::size_t bytes) {
+    if (bytes == 0) return {};
+    auto it = arenas_.lower_bound(bytes);
+    if (it != arenas_.end()) {
+      fabric_arena a = std::move(it->second);
+      arenas_.erase(it);
+      return a;
+    }
+    // Round up so that calls of nearby sizes share arenas.
+    std::size_t rounded = 4096;
+    while (rounded < bytes) rounded *= 2;
+    fabric_arena a;
+    a.data.reset(static_cast<std::byte*>(::operator new[](rounded, std::align_val_t(64))));
+    a.bytes = rounded;
+    return a;
+  }
+  void give_arena(fabric_arena a) {
+    if (a.bytes) arenas_.emplace(a.bytes, std::move(a));
+  }
+  /// Memory a failed call's orphans may still write: kept until the endpoint closes.
+  void retire_arena(fabric_arena a) {
+    if (a.bytes) retired_.push_back(std::move(a));
+  }
+
+  // ---- progress ------------------------------------------------------------------
+
+  /// Reads the completion queue once and dispatches what it found; true if anything did.
+  bool progress() {
+    fi_cq_tagged_entry entries[16];
+    const ssize_t n = fi_cq_read(cq_, entries, 16);
+    if (n > 0) {
+      for (ssize_t k = 0; k < n; ++k) dispatch(entries[k]);
+      return true;
+    }
+    if (n == -FI_EAGAIN) return false;
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(cq_, &err, 0) < 0) return false;
+      dispatch_error(err);
+      return true;
+    }
+    check_fabric_call(n, "fi_cq_read", provider_, {rank_});
+    return false;
+  }
+
+  // ---- failures and liveness -----------------------------------------------------
+
+  /// The failure another rank (or this one) announced for call `sequence`, if any.
+  const fabric_failure* failure(std::uint64_t sequence) const {
+    auto it = failures_.find(sequence);
+    return it == failures_.end() ? nullptr : &it->second;
+  }
+  bool any_failure() const { return !failures_.empty(); }
+
+  /// Records the failure of call `sequence` and tells every other rank.
+  void announce_failure(std::uint64_t sequence, errc code, const std::string& message) {
+    failures_.emplace(sequence, fabric_failure{code, message});
+    wire::control_message m{wire::control_type::abort, code, rank_, sequence, message};
+    const auto until = clock::now() + std::chrono::milliseconds(500);
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_) send_control(peer, m, until);
+  }
+
+  /// Pings every other rank and waits up to `grace` for the answers; returns the ranks
+  /// that did not answer (exited, killed, or stuck outside mimatrix).
+  std::vector<int> silent_peers(std::chrono::milliseconds grace) {
+    const std::uint64_t nonce = ++nonce_;
+    const auto until = clock::now() + grace;
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_) send_control(peer, {wire::control_type::ping, errc::aborted, rank_, nonce, {}}, until);
+    auto answered = [&] {
+      for (int peer = 0; peer < size_; ++peer)
+        if (peer != rank_ && pongs_[std::size_t(peer)] < nonce) return false;
+      return true;
+    };
+    while (!answered() && clock::now() < until)
+      if (!progress()) std::this_thread::yield();
+    std::vector<int> silent;
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_ && pongs_[std::size_t(peer)] < nonce) silent.push_back(peer);
+    return silent;
+  }
+
+ private:
+  static constexpr int control_receives = 8;
+
+  // ---- set-up --------------------------------------------------------------------
+
+  static std::string available_providers() {
+    fi_info* hints = fi_allocinfo();
+    hints->caps = FI_TAGGED;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    fi_info* list = nullptr;
+    std::set<std::string> names;
+    if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list) == 0)
+      for (fi_info* i = list; i; i = i->next) names.insert(i->fabric_attr->prov_name);
+    fi_freeinfo(list);
+    fi_freeinfo(hints);
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s.empty() ? "none" : s;
+  }
+
+  void open() {
+    fi_info* hints = fi_allocinfo();
+    if (!hints) throw error(errc::transport, "transport::fabric: fi_allocinfo failed");
+    hints->caps = FI_TAGGED;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->ep_attr->type = FI_EP_RDM;
+    // The registration modes this endpoint knows how to honour.
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+    if (!settings_.provider.empty()) hints->fabric_attr->prov_name = strdup(settings_.provider.c_str());
+    const int ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    fi_freeinfo(hints);
+    if (ret != 0 || !info_) {
+      const char* filter = std::getenv("FI_PROVIDER");
+      throw error(errc::transport,
+                  "rank " + std::to_string(rank_) + ": transport::fabric: libfabric offers no provider " +
+                      (settings_.provider.empty() ? std::string("at all") : "named '" + settings_.provider + "'") +
+                      " with reliable datagram endpoints and tagged messages (" +
+                      explain_fabric_call("fi_getinfo", ret, "") + "); available: " + available_providers() +
+                      (filter ? std::string("; FI_PROVIDER=") + filter + " filters the list" : ""));
+    }
+    provider_ = info_->fabric_attr->prov_name;
+    const error_context where{rank_};
+    check_fabric_call(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric", provider_, where);
+    check_fabric_call(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain", provider_, where);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_attr.size = 4096;
+    check_fabric_call(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open", provider_, where);
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    av_attr.count = static_cast<std::size_t>(size_);
+    check_fabric_call(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open", provider_, where);
+    check_fabric_call(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint", provider_, where);
+    check_fabric_call(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", provider_, where);
+    check_fabric_call(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)", provider_, where);
+    check_fabric_call(fi_enable(ep_), "fi_enable", provider_, where);
+    mr_ = std::make_unique<registration_cache>(
+        domain_, provider_, settings_.register_always || (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0);
+    carries_signature_ = info_->domain_attr->cq_data_size >= 8;
+    pongs_.assign(std::size_t(size_), 0);
+  }
+
+  void exchange_addresses() {
+    static std::atomic<int> instances{0};  // every rank opens its endpoints in the same order
+    prefix_ = "mimatrix/fabric/" + std::to_string(instances++) + "/";
+    std::vector<std::byte> name(256);
+    std::size_t len = name.size();
+    int ret = fi_getname(&ep_->fid, name.data(), &len);
+    if (ret == -FI_ETOOSMALL) {
+      name.resize(len);
+      ret = fi_getname(&ep_->fid, name.data(), &len);
+    }
+    check_fabric_call(ret, "fi_getname", provider_, {rank_});
+    name.resize(len);
+    // The provider travels with the address: ranks that picked different providers
+    // would otherwise fail later with an unreadable address.
+    const std::string tagged = provider_ + '\n';
+    std::vector<std::byte> mine(tagged.size() + name.size());
+    std::memcpy(mine.data(), tagged.data(), tagged.size());
+    std::memcpy(mine.data() + tagged.size(), name.data(), name.size());
+    const auto all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout);
+    peers_.assign(std::size_t(size_), FI_ADDR_NOTAVAIL);
+    for (int peer = 0; peer < size_; ++peer) {
+      const auto& bytes = all[std::size_t(peer)];
+      const auto* text = reinterpret_cast<const char*>(bytes.data());
+      const auto* end = std::find(text, text + bytes.size(), '\n');
+      const std::string theirs(text, end);
+      if (theirs != provider_)
+        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
+                                        provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
+                                        "'; set MIMATRIX_PROVIDER alike on every rank");
+      const std::size_t skip = static_cast<std::size_t>(end - text) + 1;
+      const int inserted = fi_av_insert(av_, bytes.data() + skip, 1, &peers_[std::size_t(peer)], 0, nullptr);
+      if (inserted != 1)
+        check_fabric_call(inserted < 0 ? inserted : -FI_EADDRNOTAVAIL, "fi_av_insert", provider_, {rank_, peer});
+    }
+  }
+
+  // ---- control messages ----------------------------------------------------------
+
+  void post_control_receive(fabric_request* r) {
+    r->what = fabric_request::purpose::control_recv;
+    r->payload.resize(wire::control_message::capacity);
+    ssize_t ret;
+    while ((ret = fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC,
+                           wire::control_bit, wire::control_ignore, &r->ctx)) == -FI_EAGAIN)
+      progress();
+    check_fabric_call(ret, "fi_trecv(control)", provider_, {rank_});
+  }
+
+  /// Best effort until `until`: a dead peer's queue may never drain.
+  void send_control(int peer, const wire::control_message& m, clock::time_point until) {
+    fabric_request* r = acquire(nullptr, 0);
+    r->what = fabric_request::purpose::control_send;
+    r->payload.resize(wire::control_message::capacity);
+    const std::size_t len = m.encode(r->payload.data());
+    ssize_t ret;
+    while ((ret = fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)],
+                           wire::control_tag(rank_), &r->ctx)) == -FI_EAGAIN &&
+           clock::now() < until)
+      progress();
+    if (ret != 0) release(r);  // never posted
+  }
+
+  void on_control(const wire::control_message& m) {
+    switch (m.type) {
+      case wire::control_type::abort:
+        failures_.emplace(m.value, fabric_failure{m.code, m.text});
+        break;
+      case wire::control_type::ping:
+        if (m.source >= 0 && m.source < size_)
+          send_control(m.source, {wire::control_type::pong, errc::aborted, rank_, m.value, {}},
+                       clock::now() + std::chrono::milliseconds(100));
+        break;
+      case wire::control_type::pong:
+        if (m.source >= 0 && m.source < size_)
+          pongs_[std::size_t(m.source)] = std::max(pongs_[std::size_t(m.source)], m.value);
+        break;
+    }
+  }
+
+  // ---- dispatch ------------------------------------------------------------------
+
+  void dispatch(const fi_cq_tagged_entry& e) {
+    auto* r = static_cast<fabric_request*>(e.op_context);
+    switch (r->what) {
+      case fabric_request::purpose::data:
+        if (r->owner)
+          r->owner->on_complete(*r, e);
+        else
+          reclaim(r);
+        break;
+      case fabric_request::purpose::control_send:
+        release(r);
+        break;
+      case fabric_request::purpose::control_recv: {
+        wire::control_message m;
+        const bool ok = m.decode(r->payload.data(), e.len);
+        if (closing_) return release(r);
+        post_control_receive(r);  // repost first: the handler may send
+        if (ok) on_control(m);
+        break;
+      }
+    }
+  }
+
+  void dispatch_error(const fi_cq_err_entry& e) {
+    auto* r = static_cast<fabric_request*>(e.op_context);
+    if (!r) return;
+    switch (r->what) {
+      case fabric_request::purpose::data:
+        if (r->owner)
+          r->owner->on_error(*r, e);
+        else
+          reclaim(r);
+        break;
+      case fabric_request::purpose::control_send:
+        release(r);  // the peer is gone; a liveness probe will say so
+        break;
+      case fabric_request::purpose::control_recv:
+        if (closing_ || e.err == FI_ECANCELED)
+          release(r);
+        else
+          post_control_receive(r);
+        break;
+    }
+  }
+
+  void reclaim(fabric_request* r) {
+    if (orphans_) --orphans_;
+    release(r);
+  }
+
+  // ---- tear-down -----------------------------------------------------------------
+
+  /// Waits for every rank before closing, progressing meanwhile, so that no rank closes
+  /// while a peer still needs it to complete the last messages (rendezvous protocols
+  /// finish a send only when the receiver answers). Bounded: after a failure briefly.
+  void say_goodbye() noexcept {
+    if (!ep_ || !store_ || size_ == 1) return;
+    try {
+      const auto limit = any_failure() ? std::chrono::milliseconds(1000) : settings_.startup_timeout;
+      const auto until = clock::now() + limit;
+      const std::string key = prefix_ + "goodbye";
+      store_->add(key, 1);
+      while (store_->add(key, 0) < size_ && clock::now() < until) {
+        for (int k = 0; k < 64; ++k) progress();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      for (int k = 0; k < 64; ++k) progress();
+    } catch (...) {
+      // The store's host (rank 0) may close first once everyone arrived; nothing to do.
+    }
+  }
+
+  void close() noexcept {
+    closing_ = true;
+    if (ep_) fi_close(&ep_->fid);
+    mr_.reset();
+    if (av_) fi_close(&av_->fid);
+    if (cq_) fi_close(&cq_->fid);
+    if (domain_) fi_close(&domain_->fid);
+    if (fabric_) fi_close(&fabric_->fid);
+    if (info_) fi_freeinfo(info_);
+    ep_ = nullptr;
+    av_ = nullptr;
+    cq_ = nullptr;
+    domain_ = nullptr;
+    fabric_ = nullptr;
+    info_ = nullptr;
+  }
+
+  int rank_, size_;
+  std::shared_ptr<bootstrap::store> store_;
+  fabric_settings settings_;
+  std::string provider_, prefix_;
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  std::unique_ptr<registration_cache> mr_;
+  bool carries_signature_ = true;
+  bool closing_ = false;
+  std::vector<fi_addr_t> peers_;
+  std::vector<std::unique_ptr<fabric_request>> all_;
+  std::vector<fabric_request*> free_;
+  std::size_t orphans_ = 0;
+  std::multimap<std::size_t, fabric_arena> arenas_;
+  std::vector<fabric_arena> retired_;
+  std::map<std::uint64_t, fabric_failure> failures_;
+  std::vector<std::uint64_t> pongs_;
+  std::uint64_t nonce_ = 0;
+};
+
+}  // namespace mimatrix::transport::detail

@@ -1,0 +1,395 @@
+// One rank's execution of one schedule over libfabric: a dependency-driven state machine
+// that posts every ready message at once, receives each recv_reduce into a staging block
+// as early as the call starts (so data flows while earlier steps still reduce), treats
+// -FI_EAGAIN as back-pressure, and ends every wait at the call's deadline.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/fabric/endpoint.hpp"
+#include "mimatrix/transport/fabric/wire.hpp"
+#include "mimatrix/transport/host_steps.hpp"
+
+namespace mimatrix::transport::detail {
+
+template <reduce::operation Op>
+class fabric_execution final : public mimatrix::detail::operation, private fabric_call {
+  using clock = std::chrono::steady_clock;
+  using kind = schedule::step_kind;
+
+ public:
+  fabric_execution(std::shared_ptr<fabric_endpoint> endpoint, std::shared_ptr<const schedule::schedule> plan,
+                   const std::byte* input, std::byte* output, const signature& sig, const Op& op,
+                   std::chrono::milliseconds timeout)
+      : ep_(std::move(endpoint)),
+        plan_(std::move(plan)),
+        sig_(sig),
+        packed_(wire::pack(sig)),
+        op_(op),
+        timeout_(timeout),
+        started_(clock::now()),
+        deadline_(started_ + timeout),
+        // Probe peers' liveness a little before the deadline, so a lost rank is named
+        // within it.
+        probe_at_(deadline_ - 2 * probe_grace(timeout)),
+        scratch_(ep_->take_arena(plan_->scratch_bytes)),
+        mem_{input, output, scratch_.data.get()} {
+    const auto& steps = plan_->steps;
+    const std::size_t n = steps.size();
+    pending_.resize(n);
+    state_.assign(n, {});
+    std::size_t staging_bytes = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const schedule::step& st = steps[i];
+      pending_[i] = static_cast<std::uint32_t>(st.deps.size());
+      if (st.kind == kind::write || st.kind == kind::notify || (st.kind == kind::wait && st.count > 0))
+        throw error(errc::invalid_argument,
+                    "transport::fabric runs one-sided steps as messages: lower the schedule first "
+                    "(schedule::lower_one_sided; the collectives do this for transports without native_one_sided)");
+      if (schedule::is_communication(st.kind) && st.tag > wire::max_tag)
+        throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
+                                                " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
+      if (st.kind == kind::recv_reduce) {
+        state_[i].staging = staging_bytes;
+        staging_bytes += (st.dst.bytes + 63) / 64 * 64;
+      }
+    }
+    staging_ = ep_->take_arena(staging_bytes);
+    if (auto f = ep_->failure(sig_.sequence)) {
+      fail_from(*f);
+      return;
+    }
+    // Receives into staging depend on nothing: post them all now.
+    for (std::size_t i = 0; i < n; ++i)
+      if (steps[i].kind == kind::recv_reduce) to_post_.push_back(static_cast<schedule::step_id>(i));
+    for (std::size_t i = 0; i < n; ++i)
+      if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
+    advance();
+  }
+
+  ~fabric_execution() override {
+    if (phase_ == phase::running) {
+      std::error_code ignored;
+      wait(ignored);
+    }
+  }
+
+  bool test(std::error_code& ec) override {
+    while (advance()) {
+    }
+    if (phase_ == phase::running) check_time();
+    ec = ec_;
+    return phase_ != phase::running;
+  }
+
+  void wait(std::error_code& ec) override {
+    int idle = 0;
+    while (phase_ == phase::running) {
+      if (advance()) {
+        idle = 0;
+        continue;
+      }
+      // Spin while a peer is likely microseconds away, then give the core away: ranks
+      // often outnumber cores in tests.
+      if (++idle > 256) {
+        if (idle < 20000)
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if ((idle & 63) == 0) check_time();
+      }
+    }
+    ec = ec_;
+  }
+
+  const std::string& message() const override { return message_; }
+
+ private:
+  enum class phase { running, done, failed };
+
+  struct step_state {
+    fabric_request* request = nullptr;  // posted and not yet completed
+    std::size_t staging = 0;            // recv_reduce: offset of its block in staging_
+    bool arrived = false;               // recv_reduce: the data is in staging
+    bool ready = false;                 // recv_reduce: its dependencies are done
+  };
+
+  const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
+
+  /// One round of progress; true if anything changed.
+  bool advance() {
+    if (phase_ != phase::running) return false;
+    if (auto f = ep_->failure(sig_.sequence)) return fail_from(*f), true;
+    bool changed = ep_->progress();
+    if (phase_ != phase::running) return true;
+    changed |= post_queued();
+    changed |= start_ready();
+    if (phase_ == phase::running && completed_ == plan_->steps.size()) {
+      phase_ = phase::done;
+      give_back_memory();
+      changed = true;
+    }
+    return changed;
+  }
+
+  bool start_ready() {
+    if (ready_.empty()) return false;
+    // Index loop: completing a local step appends to ready_.
+    for (std::size_t k = 0; k < ready_.size() && phase_ == phase::running; ++k) {
+      const schedule::step_id id = ready_[k];
+      const schedule::step& st = step_at(id);
+      switch (st.kind) {
+        case kind::send:
+        case kind::recv:
+          if (!post(id)) to_post_.push_back(id);
+          break;
+        case kind::recv_reduce:
+          state_[id].ready = true;
+          if (state_[id].arrived) reduce_staged(id);
+          break;
+        case kind::wait:  // count 0: a join of its dependencies
+          complete(id);
+          break;
+        default:
+          run_local_step(op_, st, mem_, plan_->desc.size);
+          complete(id);
+      }
+    }
+    ready_.clear();
+    return true;
+  }
+
+  /// Retries posts that met back-pressure, in order; stops at the first that still does.
+  bool post_queued() {
+    std::size_t k = 0;
+    while (k < to_post_.size() && phase_ == phase::running && post(to_post_[k])) ++k;
+    to_post_.erase(to_post_.begin(), to_post_.begin() + static_cast<std::ptrdiff_t>(k));
+    return k > 0;
+  }
+
+  /// Posts a send or receive; false on back-pressure (-FI_EAGAIN).
+  bool post(schedule::step_id id) {
+    const schedule::step& st = step_at(id);
+    fabric_request* r = ep_->acquire(this, id);
+    const std::uint64_t tag =
+        wire::data_tag(st.kind == kind::send ? plan_->rank : st.peer, sig_.sequence, st.tag);
+    ssize_t ret;
+    const char* call;
+    if (st.kind == kind::send) {
+      const std::byte* data = mem_.read(st.src);
+      call = "fi_tsenddata";
+      ret = fi_tsenddata(ep_->ep(), data, st.src.bytes, ep_->registrations().descriptor(data, st.src.bytes),
+                         packed_, ep_->address(st.peer), tag, &r->ctx);
+    } else {
+      std::byte* data = st.kind == kind::recv ? mem_.write(st.dst) : staging_.data.get() + state_[id].staging;
+      call = "fi_trecv";
+      ret = fi_trecv(ep_->ep(), data, st.dst.bytes, ep_->registrations().descriptor(data, st.dst.bytes),
+                     ep_->address(st.peer), tag, 0, &r->ctx);
+    }
+    if (ret == -FI_EAGAIN) {
+      ep_->release(r);
+      return false;
+    }
+    if (ret != 0) {
+      ep_->release(r);
+      fail(is_peer_loss(static_cast<int>(ret)) ? errc::peer_lost : errc::transport,
+           describe(context(id), explain_fabric_call(call, ret, ep_->provider())));
+      return true;
+    }
+    state_[id].request = r;
+    return true;
+  }
+
+  // ---- completions (called from the endpoint's progress) ------------------------------
+
+  void on_complete(fabric_request& r, const fi_cq_tagged_entry& e) override {
+    const schedule::step_id id = r.step;
+    state_[id].request = nullptr;
+    ep_->release(&r);
+    const schedule::step& st = step_at(id);
+    if (st.kind == kind::send) return complete(id);
+    if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
+      return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " runs " +
+                                                            to_string(wire::unpack(e.data, sig_.sequence)) +
+                                                            " but this rank runs " + to_string(sig_)));
+    if (e.len != st.dst.bytes)
+      return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
+                                                            std::to_string(e.len) + " bytes where " +
+                                                            std::to_string(st.dst.bytes) + " were expected (" +
+                                                            to_string(sig_) + ")"));
+    if (st.kind == kind::recv) return complete(id);
+    state_[id].arrived = true;
+    if (state_[id].ready) reduce_staged(id);
+  }
+
+  void on_error(fabric_request& r, const fi_cq_err_entry& e) override {
+    const schedule::step_id id = r.step;
+    state_[id].request = nullptr;
+    ep_->release(&r);
+    const schedule::step& st = step_at(id);
+    const int code = e.err < 0 ? -e.err : e.err;  // providers differ in the sign
+    if (code == FI_ETRUNC)
+      return fail(errc::mismatch,
+                  describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
+                                            (e.olen ? std::to_string(st.dst.bytes + e.olen) : "more than " +
+                                                                                                  std::to_string(st.dst.bytes)) +
+                                            " bytes where " + std::to_string(st.dst.bytes) + " were expected (" +
+                                            to_string(sig_) + ")"));
+    const std::string what = std::string(schedule::to_string(st.kind)) + " failed: " + ep_->explain(e);
+    // Our own cancels never reach here (the request is orphaned first), so a cancel or an
+    // I/O error on a peer's message means the provider gave up on that peer.
+    if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code))
+      return fail(errc::peer_lost,
+                  describe(context(id), "rank " + std::to_string(st.peer) + " is unreachable (" + what + ")"));
+    fail(errc::transport, describe(context(id), what));
+  }
+
+  void reduce_staged(schedule::step_id id) {
+    const schedule::step& st = step_at(id);
+    combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), staging_.data.get() + state_[id].staging,
+                  st.dst.bytes);
+    complete(id);
+  }
+
+  void complete(schedule::step_id id) {
+    ++completed_;
+    const auto& p = *plan_;
+    for (auto k = p.successor_begin[id]; k < p.successor_begin[id + 1]; ++k)
+      if (--pending_[p.successors[k]] == 0) ready_.push_back(p.successors[k]);
+  }
+
+  // ---- deadlines and failures ---------------------------------------------------------
+
+  void check_time() {
+    const auto now = clock::now();
+    if (!probed_ && now >= probe_at_) {
+      probed_ = true;
+      const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout_));
+      while (advance()) {  // the probe progressed the endpoint: the call may be done
+      }
+      if (phase_ != phase::running) return;
+      if (!silent.empty()) {
+        std::string who;
+        for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
+        return fail(errc::peer_lost,
+                    describe(stuck_context(), "rank(s) " + who + " did not answer a liveness probe (exited, killed, "
+                                                                 "or stuck outside mimatrix) while " + stuck_reason()));
+      }
+    }
+    if (clock::now() >= deadline_)
+      fail(errc::timeout, describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) +
+                                                        " ms " + stuck_reason()));
+  }
+
+  /// How long a liveness probe waits for answers: an eighth of the call's timeout,
+  /// between 50 ms and 1 s.
+  static std::chrono::milliseconds probe_grace(std::chrono::milliseconds timeout) {
+    return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+  }
+
+  std::string stuck_reason() const {
+    for (std::size_t i = 0; i < state_.size(); ++i) {
+      const schedule::step& st = plan_->steps[i];
+      if (st.kind == kind::recv_reduce && !state_[i].arrived)
+        return "waiting for data from rank " + std::to_string(st.peer) + " (recv_reduce, tag " +
+               std::to_string(st.tag) + ")";
+      if (st.kind == kind::recv && state_[i].request)
+        return "waiting for data from rank " + std::to_string(st.peer) + " (recv, tag " + std::to_string(st.tag) + ")";
+    }
+    for (std::size_t i = 0; i < state_.size(); ++i)
+      if (state_[i].request)
+        return "waiting for rank " + std::to_string(plan_->steps[i].peer) + " to take a send (tag " +
+               std::to_string(plan_->steps[i].tag) + ")";
+    return "with " + std::to_string(plan_->steps.size() - completed_) + " steps left";
+  }
+
+  error_context stuck_context() const {
+    for (std::size_t i = 0; i < state_.size(); ++i)
+      if (state_[i].request) return context(static_cast<schedule::step_id>(i));
+    return {plan_->rank, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
+  }
+
+  error_context context(schedule::step_id id) const {
+    const schedule::step& st = step_at(id);
+    return {plan_->rank, st.peer, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence),
+            static_cast<std::int64_t>(id), static_cast<std::int64_t>(st.bytes())};
+  }
+
+  void fail_from(const fabric_failure& f) {
+    end(f.code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
+                    f.message);
+  }
+
+  /// Fails this rank's call and tells every other rank.
+  void fail(errc code, std::string message) {
+    if (phase_ != phase::running) return;
+    end(code, message);
+    ep_->announce_failure(sig_.sequence, code, message_);
+  }
+
+  /// Ends the call with an error: cancels the receives still posted (a late message must
+  /// not land in the caller's buffers) and waits briefly for the provider to let go.
+  void end(errc code, std::string message) {
+    phase_ = phase::failed;
+    ec_ = make_error_code(code);
+    message_ = std::move(message);
+    for (auto& s : state_) {
+      if (!s.request) continue;
+      fi_cancel(&ep_->ep()->fid, &s.request->ctx);
+      ep_->orphan(s.request);
+      s.request = nullptr;
+    }
+    const auto until = clock::now() + std::chrono::milliseconds(200);
+    while (ep_->orphans() && clock::now() < until)
+      if (!ep_->progress()) std::this_thread::yield();
+    give_back_memory();
+  }
+
+  void give_back_memory() {
+    if (ep_->orphans()) {
+      ep_->retire_arena(std::move(scratch_));
+      ep_->retire_arena(std::move(staging_));
+    } else {
+      ep_->give_arena(std::move(scratch_));
+      ep_->give_arena(std::move(staging_));
+    }
+  }
+
+  std::shared_ptr<fabric_endpoint> ep_;
+  std::shared_ptr<const schedule::schedule> plan_;
+  signature sig_;
+  std::uint64_t packed_;
+  Op op_;
+  std::chrono::milliseconds timeout_;
+  clock::time_point started_, deadline_, probe_at_;
+  fabric_arena scratch_, staging_;
+  host_buffers mem_;
+  std::vector<std::uint32_t> pending_;
+  std::vector<step_state> state_;
+  std::vector<schedule::step_id> ready_, to_post_;
+  std::size_t completed_ = 0;
+  bool probed_ = false;
+  phase phase_ = phase::running;
+  std::error_code ec_;
+  std::string message_;
+};
+
+}  // namespace mimatrix::transport::detail

@@ -1,0 +1,90 @@
+// Memory registrations reused across calls: providers that need local buffers
+// registered (FI_MR_LOCAL: verbs, efa) pay for fi_mr_reg once per buffer, not per call.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mimatrix/transport/fabric/error.hpp"
+
+namespace mimatrix::transport::detail {
+
+/// Registrations of host memory keyed by address range; a lookup inside a registered
+/// range reuses it. Entries stay until the cache is destroyed or trimmed, so a buffer
+/// the application frees and reallocates at the same address is registered again only
+/// if it grew (the provider pins the pages it registered).
+///
+/// @par Thread Safety
+/// Used by the one thread that drives its endpoint.
+class registration_cache {
+ public:
+  registration_cache(fid_domain* domain, std::string provider, bool required)
+      : domain_(domain), provider_(std::move(provider)), required_(required) {}
+  registration_cache(const registration_cache&) = delete;
+  registration_cache& operator=(const registration_cache&) = delete;
+  ~registration_cache() { clear(); }
+
+  /// Whether descriptors are needed at all (the provider asked for FI_MR_LOCAL, or the
+  /// user asked to register always).
+  bool required() const { return required_; }
+
+  /// The descriptor to pass with [data, data + bytes), registering it on first use;
+  /// nullptr when the provider needs none.
+  void* descriptor(const void* data, std::size_t bytes) {
+    if (!required_ || bytes == 0) return nullptr;
+    const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
+    auto it = entries_.upper_bound(begin);
+    if (it != entries_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second.end >= end) {
+        ++hits_;
+        return fi_mr_desc(prev->second.mr);
+      }
+    }
+    // Register whole pages: neighbouring buffers of one allocation then share an entry.
+    constexpr std::uintptr_t page = 4096;
+    const std::uintptr_t first = begin & ~(page - 1), last = (end + page - 1) & ~(page - 1);
+    fid_mr* mr = nullptr;
+    check_fabric_call(fi_mr_reg(domain_, reinterpret_cast<void*>(first), last - first, FI_SEND | FI_RECV, 0, 0, 0, &mr, nullptr),
+          "fi_mr_reg", provider_);
+    ++registrations_;
+    // A grown buffer at a known address: the older, smaller registration may still be in
+    // use by an operation in flight, so it is retired, not closed.
+    if (auto old = entries_.find(first); old != entries_.end()) retired_.push_back(old->second.mr);
+    entries_.insert_or_assign(first, entry{last, mr});
+    return fi_mr_desc(mr);
+  }
+
+  std::size_t registrations() const { return registrations_; }
+  std::size_t hits() const { return hits_; }
+
+  /// Releases every registration; only when nothing is in flight.
+  void clear() {
+    for (auto& [start, e] : entries_) fi_close(&e.mr->fid);
+    for (fid_mr* mr : retired_) fi_close(&mr->fid);
+    entries_.clear();
+    retired_.clear();
+  }
+
+ private:
+  struct entry {
+    std::uintptr_t end = 0;
+    fid_mr* mr = nullptr;
+  };
+
+  fid_domain* domain_;
+  std::string provider_;
+  bool required_;
+  std::map<std::uintptr_t, entry> entries_;
+  std::vector<fid_mr*> retired_;
+  std::size_t registrations_ = 0, hits_ = 0;
+};
+
+}  // namespace mimatrix::transport::detail

@@ -1,0 +1,103 @@
+// What travels on the wire besides user data: the 64-bit tag of every message, the call
+// signature carried as remote CQ data, and the small control messages (abort, liveness
+// probe) that let a rank fail its peers at once instead of leaving them to time out.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/signature.hpp"
+
+namespace mimatrix::transport::detail {
+
+/// Tag layout, high bit first:
+///   [63] control | [62..43] sender rank (20 bits) | [42..28] call sequence mod 2^15 |
+///   [27..0] the schedule's tag.
+/// The sender's rank is in the tag so providers without directed receive still match a
+/// receive to the one peer it names; the sequence keeps calls apart.
+namespace wire {
+constexpr std::uint64_t control_bit = std::uint64_t(1) << 63;
+constexpr int rank_bits = 20, sequence_bits = 15, tag_bits = 28;
+constexpr int max_ranks = 1 << rank_bits;
+constexpr std::uint64_t max_tag = (std::uint64_t(1) << tag_bits) - 1;
+
+constexpr std::uint64_t data_tag(int sender, std::uint64_t sequence, std::uint32_t tag) {
+  return (std::uint64_t(sender) << (sequence_bits + tag_bits)) |
+         ((sequence & ((std::uint64_t(1) << sequence_bits) - 1)) << tag_bits) | (tag & max_tag);
+}
+constexpr std::uint64_t control_tag(int sender) {
+  return control_bit | (std::uint64_t(sender) << (sequence_bits + tag_bits));
+}
+/// A control receive matches any control message from anyone.
+constexpr std::uint64_t control_ignore = ~control_bit;
+
+/// A call's signature packed into the 64 bits of remote CQ data that every data message
+/// carries: [63..48] root | [47..45] dtype | [44..42] op | [41..40] kind | [39..0] count.
+/// A receiver that finds another packing than its own knows its peer runs another call.
+inline std::uint64_t pack(const signature& s) {
+  constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
+  return (std::uint64_t(std::uint16_t(s.root)) << 48) | (std::uint64_t(s.type) << 45) |
+         (std::uint64_t(s.op) << 42) | (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
+}
+inline signature unpack(std::uint64_t bits, std::uint64_t sequence) {
+  signature s;
+  s.root = int(bits >> 48);
+  s.type = dtype((bits >> 45) & 7);
+  s.op = reduce::op_kind((bits >> 42) & 7);
+  s.kind = schedule::collective((bits >> 40) & 3);
+  s.count = bits & ((std::uint64_t(1) << 40) - 1);
+  s.sequence = sequence;
+  return s;
+}
+
+enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3 };
+
+/// A control message: a fixed header and, for abort, the failure's text.
+struct control_message {
+  static constexpr std::size_t capacity = 1024;
+  static constexpr std::size_t header = 16;
+
+  control_type type = control_type::abort;
+  errc code = errc::aborted;
+  int source = -1;
+  std::uint64_t value = 0;  // abort: the call's sequence number; ping/pong: the probe's nonce
+  std::string text;
+
+  /// Writes the message into `out` (capacity bytes); returns its length.
+  std::size_t encode(std::byte* out) const {
+    const std::size_t n = std::min(text.size(), capacity - header);
+    out[0] = std::byte(type);
+    out[1] = std::byte(static_cast<std::uint8_t>(code));
+    const auto len = static_cast<std::uint16_t>(n);
+    std::memcpy(out + 2, &len, 2);
+    const auto src = static_cast<std::int32_t>(source);
+    std::memcpy(out + 4, &src, 4);
+    std::memcpy(out + 8, &value, 8);
+    std::memcpy(out + header, text.data(), n);
+    return header + n;
+  }
+  /// Reads a received message; false when it is too short to be one.
+  bool decode(const std::byte* in, std::size_t bytes) {
+    if (bytes < header) return false;
+    type = control_type(in[0]);
+    code = errc(static_cast<std::uint8_t>(in[1]));
+    std::uint16_t len = 0;
+    std::memcpy(&len, in + 2, 2);
+    std::int32_t src = 0;
+    std::memcpy(&src, in + 4, 4);
+    source = src;
+    std::memcpy(&value, in + 8, 8);
+    if (header + len > bytes) return false;
+    text.assign(reinterpret_cast<const char*>(in + header), len);
+    return true;
+  }
+};
+}  // namespace wire
+
+}  // namespace mimatrix::transport::detail

@@ -1,0 +1,197 @@
+// A killed rank, mismatched counts and a bad argument across processes: every surviving
+// rank ends the call with an error that names the cause, within the deadline.
+#include "mimatrix/transport/fabric.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/allreduce.hpp"
+#include "mimatrix/bootstrap/memory_store.hpp"
+#include "multi_process.hpp"
+
+namespace mimatrix {
+namespace {
+
+using transport::fabric;
+using clock_type = std::chrono::steady_clock;
+constexpr int timeout_ms = 3000;
+
+/// Runs `call`, expects a mimatrix::error, and prints "CAUGHT <code> <ms>: <message>".
+template <class Call>
+int expect_error(communicator<fabric>& comm, Call&& call) {
+  const auto t0 = clock_type::now();
+  try {
+    call();
+  } catch (const error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+    std::printf("CAUGHT %s %lld: %s\n", e.code().message().c_str(), static_cast<long long>(ms), e.what());
+    return 0;
+  }
+  std::printf("rank %d: the call succeeded but should have failed\n", comm.rank());
+  return 1;
+}
+
+MIMATRIX_SCENARIO(killed_rank) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
+  std::vector<int> data(std::size_t(1) << 20, comm.rank());
+  sum(data);  // every rank takes part once
+  if (data[0] != comm.size() * (comm.size() - 1) / 2) return 1;
+  if (comm.rank() == comm.size() - 1) {
+    auto pending = sum.start(data);  // mid-collective: messages are in flight
+    (void)pending.test();
+    ::kill(::getpid(), SIGKILL);
+  }
+  return expect_error(comm, [&] { sum(data); });
+}
+
+MIMATRIX_SCENARIO(stalled_rank) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
+  std::vector<int> data(1000, 1);
+  // The last rank is alive but away (a long host-side step) past its peers' deadline.
+  if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
+  return expect_error(comm, [&] { sum(data); });
+}
+
+MIMATRIX_SCENARIO(mismatched_counts) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
+  std::vector<int> data(1000 + (comm.rank() == 1 ? 24 : 0), 1);
+  return expect_error(comm, [&] { sum(data); });
+}
+
+MIMATRIX_SCENARIO(bad_argument_on_one_rank) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
+  std::vector<int> in(1000, 1), out(comm.rank() == 0 ? 999 : 1000);
+  return expect_error(comm, [&] { sum(in, out); });
+}
+
+/// The CAUGHT line a rank printed.
+std::string caught(const bootstrap::launch_result& r, int rank) {
+  const std::string& out = r.output[std::size_t(rank)];
+  const auto at = out.find("CAUGHT ");
+  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+}
+long long caught_ms(const std::string& line) { return std::stoll(line.substr(line.find_last_of(' ', line.find(':')) + 1)); }
+
+class fabric_failure : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(fabric_failure, a_killed_rank_is_named_by_every_survivor_within_the_deadline) {
+  constexpr int ranks = 4, victim = ranks - 1;
+  const auto r = test::run_ranks(ranks, GetParam(), "killed_rank");
+  ASSERT_FALSE(r.timed_out) << test::all_output(r);
+  EXPECT_EQ(r.status[victim], 128 + SIGKILL) << test::all_output(r);
+  for (int rank = 0; rank < victim; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(r.status[std::size_t(rank)], 0) << test::all_output(r);
+    const std::string line = caught(r, rank);
+    ASSERT_FALSE(line.empty()) << test::all_output(r);
+    EXPECT_TRUE(line.find("peer lost") != std::string::npos || line.find("timed out") != std::string::npos) << line;
+    EXPECT_TRUE(line.find("rank(s) " + std::to_string(victim)) != std::string::npos ||
+                line.find("rank " + std::to_string(victim) + " ") != std::string::npos)
+        << line;
+    EXPECT_LE(caught_ms(line), timeout_ms + 1000) << line;
+  }
+}
+
+TEST_P(fabric_failure, a_stalled_rank_is_named_by_the_liveness_probe_and_learns_of_the_failure) {
+  constexpr int ranks = 3, stalled = ranks - 1;
+  const auto r = test::run_ranks(ranks, GetParam(), "stalled_rank");
+  ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  for (int rank = 0; rank < stalled; ++rank) {
+    const std::string line = caught(r, rank);
+    EXPECT_NE(line.find("CAUGHT peer lost"), std::string::npos) << test::all_output(r);
+    EXPECT_NE(line.find("rank(s) " + std::to_string(stalled) + " did not answer"), std::string::npos) << line;
+    EXPECT_LE(caught_ms(line), timeout_ms + 200) << line;
+  }
+  // When it comes back, the call its peers gave up on fails: at once if their abort
+  // reached it, else by its own probe, which finds them gone.
+  const std::string late = caught(r, stalled);
+  EXPECT_TRUE(late.find("failed on another rank") != std::string::npos ||
+              late.find("rank(s) 0, 1 did not answer") != std::string::npos)
+      << test::all_output(r);
+}
+
+TEST_P(fabric_failure, mismatched_counts_fail_every_rank_with_mismatch) {
+  constexpr int ranks = 3;
+  const auto r = test::run_ranks(ranks, GetParam(), "mismatched_counts");
+  ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  bool names_odd_call = false;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const std::string line = caught(r, rank);
+    EXPECT_NE(line.find("CAUGHT ranks disagree on the collective"), std::string::npos) << test::all_output(r);
+    names_odd_call |= line.find("count 1024") != std::string::npos;
+    EXPECT_LE(caught_ms(line), timeout_ms) << line;  // detected, not timed out
+  }
+  EXPECT_TRUE(names_odd_call) << test::all_output(r);  // someone says what rank 1 runs
+}
+
+TEST_P(fabric_failure, a_bad_argument_on_one_rank_fails_every_rank_at_once) {
+  constexpr int ranks = 3;
+  const auto r = test::run_ranks(ranks, GetParam(), "bad_argument_on_one_rank");
+  ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  EXPECT_NE(caught(r, 0).find("CAUGHT invalid argument"), std::string::npos) << test::all_output(r);
+  EXPECT_NE(caught(r, 0).find("the input holds 1000 elements but 999 are needed"), std::string::npos)
+      << test::all_output(r);
+  for (int rank = 1; rank < ranks; ++rank) {
+    const std::string line = caught(r, rank);
+    EXPECT_NE(line.find("CAUGHT invalid argument"), std::string::npos) << test::all_output(r);
+    EXPECT_NE(line.find("failed on another rank"), std::string::npos) << test::all_output(r);
+    EXPECT_NE(line.find("rank 0"), std::string::npos) << line;
+    EXPECT_LT(caught_ms(line), timeout_ms / 2) << line;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(over, fabric_failure, ::testing::ValuesIn(test::test_providers()),
+                         [](const auto& info) { return test::provider_label(info.param); });
+
+TEST(fabric_start_up, a_wrong_provider_name_says_which_exist) {
+  auto store = std::make_shared<bootstrap::memory_store>();
+  try {
+    fabric f(bootstrap::identity{}, store, {.provider = "no-such-provider"});
+    FAIL() << "opened a provider that does not exist";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::transport);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'no-such-provider'"), std::string::npos) << what;
+    EXPECT_NE(what.find("available: "), std::string::npos) << what;
+    EXPECT_NE(what.find("shm"), std::string::npos) << what;
+  }
+}
+
+TEST(fabric_start_up, an_unreachable_store_fails_within_the_start_up_timeout) {
+  bootstrap::identity id;
+  id.rank = 1;
+  id.size = 2;
+  id.local_size = 2;
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "9", 1);  // discard: nobody listens on loopback
+  const auto t0 = clock_type::now();
+  try {
+    fabric f(id, nullptr, {.provider = "shm", .startup_timeout = std::chrono::milliseconds(500)});
+    FAIL() << "reached a store nobody serves";
+  } catch (const error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("127.0.0.1:9"), std::string::npos) << what;
+  }
+  EXPECT_LT(clock_type::now() - t0, std::chrono::seconds(5));
+  ::unsetenv("MASTER_ADDR");
+  ::unsetenv("MASTER_PORT");
+}
+
+}  // namespace
+}  // namespace mimatrix

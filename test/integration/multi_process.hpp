@@ -1,0 +1,100 @@
+// Multi-process tests: the test binary launches copies of itself as ranks. A copy started
+// with MIMATRIX_TEST_SCENARIO set runs that scenario instead of the tests and exits with
+// its result; the parent test asserts on every rank's exit status and output.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/bootstrap/launch.hpp"
+
+namespace mimatrix::test {
+
+/// A scenario's body runs on every rank; it returns 0 on success and prints what failed.
+using scenario = std::function<int()>;
+
+inline std::map<std::string, scenario>& scenarios() {
+  static std::map<std::string, scenario> all;
+  return all;
+}
+
+/// Registers a scenario at static-initialization time.
+struct scenario_registration {
+  scenario_registration(const std::string& name, scenario body) { scenarios().emplace(name, std::move(body)); }
+};
+#define MIMATRIX_SCENARIO(name) \
+  static int scenario_##name(); \
+  static const ::mimatrix::test::scenario_registration registration_##name(#name, scenario_##name); \
+  static int scenario_##name()
+
+inline std::string self_executable() {
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  return n > 0 ? std::string(path, std::size_t(n)) : std::string();
+}
+
+/// The providers the tests run over, as libfabric names them.
+inline std::vector<std::string> test_providers() { return {"shm", "tcp;ofi_rxm"}; }
+
+/// "tcp;ofi_rxm" -> "tcp_ofi_rxm", for test names.
+inline std::string provider_label(std::string p) {
+  for (char& c : p)
+    if (c == ';') c = '_';
+  return p;
+}
+
+/// Runs `scenario` on `ranks` processes over `provider`, with `env` added.
+inline bootstrap::launch_result run_ranks(int ranks, const std::string& provider, const std::string& name,
+                                          std::vector<std::pair<std::string, std::string>> env = {},
+                                          std::chrono::milliseconds limit = std::chrono::seconds(120)) {
+  bootstrap::launch_options o;
+  o.ranks = ranks;
+  o.argv = {self_executable()};
+  o.env = std::move(env);
+  o.env.emplace_back("MIMATRIX_TEST_SCENARIO", name);
+  o.env.emplace_back("MIMATRIX_PROVIDER", provider);
+  o.capture = true;
+  o.timeout = limit;
+  o.grace = std::chrono::seconds(30);
+  return bootstrap::launch_local(o);
+}
+
+/// Every rank's output, for failure messages.
+inline std::string all_output(const bootstrap::launch_result& r) {
+  std::string s;
+  for (std::size_t k = 0; k < r.output.size(); ++k)
+    s += "--- rank " + std::to_string(k) + " (status " + std::to_string(k < r.status.size() ? r.status[k] : -1) +
+         ")\n" + r.output[k];
+  return s;
+}
+
+}  // namespace mimatrix::test
+
+/// The binary's entry point: a scenario when launched as a rank, the tests otherwise.
+int main(int argc, char** argv) {
+  if (const char* name = std::getenv("MIMATRIX_TEST_SCENARIO")) {
+    auto& all = mimatrix::test::scenarios();
+    auto it = all.find(name);
+    if (it == all.end()) {
+      std::fprintf(stderr, "no scenario named '%s'\n", name);
+      return 2;
+    }
+    try {
+      return it->second();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "scenario %s threw: %s\n", name, e.what());
+      return 1;
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,188 @@
+// Tests of bootstrap/launch.hpp: exit codes, captured and prefixed output, the environment
+// the ranks see, and the timeout and grace that kill ranks.
+#include "mimatrix/bootstrap/launch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using mimatrix::bootstrap::launch_local;
+using mimatrix::bootstrap::launch_options;
+
+launch_options shell(int ranks, const std::string& script) {
+  launch_options o;
+  o.ranks = ranks;
+  o.argv = {"/bin/sh", "-c", script};
+  o.capture = true;
+  o.grace = 2s;
+  return o;
+}
+
+TEST(launch_local, every_rank_exiting_0_is_success) {
+  const auto r = launch_local(shell(3, "exit 0"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.failed_rank, -1);
+  EXPECT_EQ(r.status, (std::vector<int>{0, 0, 0}));
+  EXPECT_FALSE(r.timed_out);
+}
+
+TEST(launch_local, the_first_failure_is_the_exit_code) {
+  auto o = shell(3, "if [ \"$RANK\" = 1 ]; then exit 3; fi; exit 0");
+  const auto r = launch_local(o);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.failed_rank, 1);
+  EXPECT_EQ(r.status, (std::vector<int>{0, 3, 0}));
+}
+
+TEST(launch_local, a_rank_killed_by_a_signal_is_128_plus_it) {
+  const auto r = launch_local(shell(2, "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; exit 0"));
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGKILL, 0}));
+}
+
+TEST(launch_local, ranks_see_their_environment) {
+  auto o = shell(3, "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $EXTRA; echo port=$MASTER_PORT");
+  o.prefix = false;
+  o.env = {{"EXTRA", "x y"}};
+  const auto r = launch_local(o);
+  ASSERT_EQ(r.exit_code, 0);
+  ASSERT_EQ(r.output.size(), 3u);
+  std::string port;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string& out = r.output[rank];
+    const std::string r_ = std::to_string(rank);
+    EXPECT_EQ(out.substr(0, out.find('\n') + 1), r_ + " 3 " + r_ + " 3 127.0.0.1 x y\n") << out;
+    const auto at = out.find("port=");
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string p = out.substr(at + 5, out.find('\n', at) - at - 5);
+    EXPECT_GT(std::stoi(p), 0) << out;
+    if (rank == 0) port = p;
+    EXPECT_EQ(p, port) << "every rank meets on one port";
+  }
+}
+
+TEST(launch_local, options_env_wins_over_the_defaults) {
+  auto o = shell(2, "echo $MASTER_ADDR:$MASTER_PORT $RANK");
+  o.prefix = false;
+  o.env = {{"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "4242"}, {"RANK", "7"}};
+  const auto r = launch_local(o);
+  EXPECT_EQ(r.output, (std::vector<std::string>{"10.1.2.3:4242 7\n", "10.1.2.3:4242 7\n"}));
+}
+
+TEST(launch_local, captured_output_is_prefixed_line_by_line) {
+  const auto r = launch_local(shell(2, "echo one; echo two >&2; printf 'no end'"));
+  ASSERT_EQ(r.exit_code, 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& out = r.output[rank];
+    const std::string tag = "[" + std::to_string(rank) + "] ";
+    EXPECT_NE(out.find(tag + "one\n"), std::string::npos) << out;
+    EXPECT_NE(out.find(tag + "two\n"), std::string::npos) << out;
+    EXPECT_NE(out.find(tag + "no end\n"), std::string::npos) << "a partial last line is flushed: " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+  }
+}
+
+TEST(launch_local, printed_output_goes_to_stdout_and_stderr_prefixed) {
+  auto o = shell(2, "echo out-$RANK; echo err-$RANK >&2");
+  o.capture = false;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const auto r = launch_local(o);
+  const std::string out = testing::internal::GetCapturedStdout();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(r.output.empty());
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string tag = "[" + std::to_string(rank) + "] ";
+    EXPECT_NE(out.find(tag + "out-" + std::to_string(rank) + "\n"), std::string::npos) << out;
+    EXPECT_NE(err.find(tag + "err-" + std::to_string(rank) + "\n"), std::string::npos) << err;
+  }
+  EXPECT_EQ(out.find("err-"), std::string::npos) << out;
+  EXPECT_EQ(err.find("out-"), std::string::npos) << err;
+}
+
+TEST(launch_local, the_timeout_kills_every_rank) {
+  auto o = shell(2, "sleep 100");
+  o.timeout = 200ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local(o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 124);
+  EXPECT_EQ(r.failed_rank, -1);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGTERM, 128 + SIGTERM}));
+}
+
+TEST(launch_local, survivors_of_a_failure_are_killed_after_the_grace) {
+  auto o = shell(3, "if [ \"$RANK\" = 2 ]; then exit 5; fi; sleep 100");
+  o.grace = 150ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local(o);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 140ms);
+  EXPECT_LT(took, 1500ms);
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_EQ(r.failed_rank, 2);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGTERM, 128 + SIGTERM, 5}));
+}
+
+TEST(launch_local, sigkill_follows_a_sigterm_that_is_ignored) {
+  auto o = shell(1, "trap '' TERM; sleep 100");
+  o.timeout = 100ms;
+  o.kill_after = 150ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local(o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  EXPECT_EQ(r.exit_code, 124);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGKILL}));
+}
+
+TEST(launch_local, sigterm_to_the_launcher_is_passed_on) {
+  auto o = shell(2, "if [ \"$RANK\" = 0 ]; then kill -TERM $PPID; fi; sleep 100");
+  struct sigaction before {};
+  ::sigaction(SIGTERM, nullptr, &before);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local(o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGTERM, 128 + SIGTERM}));
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+  // And the test process's own SIGTERM handling is back as it was (sanitizers have their own).
+  struct sigaction now {};
+  ::sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, before.sa_handler);
+}
+
+TEST(launch_local, a_program_that_cannot_run_exits_127) {
+  launch_options o;
+  o.ranks = 2;
+  o.argv = {"/nonexistent/program"};
+  o.capture = true;
+  o.grace = 1s;
+  const auto r = launch_local(o);
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.output[0].find("[0] cannot execute '/nonexistent/program': No such file or directory"),
+            std::string::npos)
+      << r.output[0];
+}
+
+TEST(launch_local, bad_options_are_rejected) {
+  launch_options o;
+  o.ranks = 0;
+  o.argv = {"true"};
+  EXPECT_THROW(launch_local(o), mimatrix::error);
+  o.ranks = 1;
+  o.argv.clear();
+  EXPECT_THROW(launch_local(o), mimatrix::error);
+  o.argv = {"true"};
+  o.env = {{"A=B", "c"}};
+  EXPECT_THROW(launch_local(o), mimatrix::error);
+}
+
+}  // namespace

@@ -1,0 +1,201 @@
+// Tests of bootstrap/rendezvous.hpp: which store the environment opens, the message when
+// there is none, and all_gather and barrier across rank threads with their own clients.
+#include "mimatrix/bootstrap/rendezvous.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using namespace std::chrono_literals;
+using mimatrix::errc;
+using mimatrix::bootstrap::identity;
+using mimatrix::bootstrap::store;
+using mimatrix::bootstrap::tcp_store;
+
+using environment = std::map<std::string, std::string>;
+
+mimatrix::bootstrap::env_lookup lookup(const environment& vars) {
+  return [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+identity rank_of(int rank, int size) {
+  identity id;
+  id.rank = rank;
+  id.size = size;
+  id.launcher = "torchrun";
+  return id;
+}
+
+std::string open_failure(const identity& id, const environment& vars) {
+  try {
+    mimatrix::bootstrap::open_store(id, 200ms, lookup(vars));
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "nothing thrown";
+  return {};
+}
+
+std::vector<std::byte> bytes(const std::string& s) {
+  std::vector<std::byte> v;
+  for (char c : s) v.push_back(static_cast<std::byte>(c));
+  return v;
+}
+
+TEST(open_store, one_rank_with_nothing_set_is_in_memory) {
+  auto s = mimatrix::bootstrap::open_store(rank_of(0, 1), 100ms, lookup({}));
+  EXPECT_EQ(s->where(), "memory:");
+  EXPECT_EQ(s->add("n", 2), 2);
+}
+
+TEST(open_store, many_ranks_with_nothing_set_say_what_to_set) {
+  const std::string m = open_failure(rank_of(2, 4), {});
+  EXPECT_NE(m.find("rank 2 of 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("MASTER_ADDR and MASTER_PORT"), std::string::npos) << m;
+  EXPECT_NE(m.find("MIMATRIX_STORE=file:"), std::string::npos) << m;
+}
+
+TEST(open_store, master_addr_and_port_open_a_tcp_store_rank_0_serves) {
+  const std::string port = std::to_string(tcp_store("127.0.0.1", 0, true, 1s).port());  // free again now
+  const environment vars = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  auto server = mimatrix::bootstrap::open_store(rank_of(0, 2), 1s, lookup(vars));
+  auto client = mimatrix::bootstrap::open_store(rank_of(1, 2), 1s, lookup(vars));
+  EXPECT_EQ(server->where(), "tcp://127.0.0.1:" + port);
+  client->set("k", bytes("v"));
+  EXPECT_EQ(server->get("k", 1s), bytes("v"));
+}
+
+TEST(open_store, mimatrix_store_tcp_and_file) {
+  const int port = tcp_store("127.0.0.1", 0, true, 1s).port();
+  const environment tcp = {{"MIMATRIX_STORE", "tcp://localhost:" + std::to_string(port)},
+                           {"MASTER_ADDR", "ignored"}, {"MASTER_PORT", "1"}};
+  auto server = mimatrix::bootstrap::open_store(rank_of(0, 3), 1s, lookup(tcp));
+  EXPECT_EQ(server->where(), "tcp://localhost:" + std::to_string(port));
+
+  const auto dir = std::filesystem::temp_directory_path() / ("mimatrix-rendezvous-" + std::to_string(::getpid()));
+  const environment file = {{"MIMATRIX_STORE", "file:" + dir.string()}};
+  auto s = mimatrix::bootstrap::open_store(rank_of(1, 3), 1s, lookup(file));
+  EXPECT_EQ(s->where(), "file:" + dir.string());
+  s->set("k", bytes("v"));
+  EXPECT_EQ(mimatrix::bootstrap::open_store(rank_of(2, 3), 1s, lookup(file))->get("k", 0ms), bytes("v"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(open_store, malformed_settings_are_named) {
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MIMATRIX_STORE", "redis://x"}}).find("MIMATRIX_STORE='redis://x'"),
+            std::string::npos);
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MIMATRIX_STORE", "tcp://host"}}).find("MIMATRIX_STORE='host'"),
+            std::string::npos);
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MIMATRIX_STORE", "tcp://host:99999"}}).find("tcp://host:port"),
+            std::string::npos);
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MASTER_ADDR", "h"}}).find("MASTER_PORT is not"), std::string::npos);
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MASTER_PORT", "29500"}}).find("MASTER_ADDR is not"), std::string::npos);
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "x1"}}).find("MASTER_PORT='x1'"),
+            std::string::npos);
+  EXPECT_NE(open_failure(rank_of(0, 2), {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "0"}}).find("MASTER_PORT='0'"),
+            std::string::npos);
+}
+
+TEST(split_host_port, ipv4_names_and_bracketed_ipv6) {
+  using mimatrix::bootstrap::detail::split_host_port;
+  EXPECT_EQ(split_host_port("10.0.0.1:29500", "X"), std::make_pair(std::string("10.0.0.1"), 29500));
+  EXPECT_EQ(split_host_port("node-7:1", "X"), std::make_pair(std::string("node-7"), 1));
+  EXPECT_EQ(split_host_port("[::1]:8080", "X"), std::make_pair(std::string("::1"), 8080));
+  EXPECT_THROW(split_host_port("[::1]8080", "X"), mimatrix::error);
+  EXPECT_THROW(split_host_port(":8080", "X"), mimatrix::error);
+}
+
+/// `size` rank threads, each with its own client of one tcp store (rank 0 serves it).
+template <class F>
+void run_ranks(int size, F body) {
+  tcp_store server("127.0.0.1", 0, true, 1s);
+  const int port = server.port();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] {
+      tcp_store s("127.0.0.1", port, false, 2s);
+      body(s, r);
+    });
+  for (auto& t : threads) t.join();
+}
+
+TEST(all_gather, four_ranks_see_every_blob_in_rank_order) {
+  constexpr int size = 4;
+  std::vector<std::vector<std::vector<std::byte>>> seen(size);
+  run_ranks(size, [&](store& s, int r) {
+    const std::vector<std::byte> mine(static_cast<std::size_t>(r) + 1, static_cast<std::byte>('a' + r));
+    seen[r] = mimatrix::bootstrap::all_gather(s, "addresses", r, size, mine, 2s);
+    seen[r] = mimatrix::bootstrap::all_gather(s, "again", r, size, seen[r][(r + 1) % size], 2s);
+  });
+  for (int r = 0; r < size; ++r) {
+    ASSERT_EQ(seen[r].size(), std::size_t{size});
+    for (int q = 0; q < size; ++q) {
+      const int from = (q + 1) % size;  // the second round passed on each rank's right neighbour's blob
+      EXPECT_EQ(seen[r][q], std::vector<std::byte>(static_cast<std::size_t>(from) + 1, static_cast<std::byte>('a' + from)))
+          << "rank " << r << " slot " << q;
+    }
+  }
+}
+
+TEST(all_gather, a_missing_rank_is_named) {
+  mimatrix::bootstrap::memory_store s;
+  s.set("job/0", bytes("x"));
+  try {
+    mimatrix::bootstrap::all_gather(s, "job", 1, 3, bytes("y"), 100ms);
+    FAIL() << "rank 2 never published";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::timeout);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank 1, all_gather"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank(s) 2 did not publish"), std::string::npos) << m;
+    EXPECT_NE(m.find("100 ms"), std::string::npos) << m;
+  }
+}
+
+TEST(barrier, four_ranks_leave_together_and_the_name_can_be_reused) {
+  constexpr int size = 4, rounds = 3;
+  std::atomic<int> entered{0};
+  std::vector<int> seen_on_leaving(size * rounds);
+  run_ranks(size, [&](store& s, int r) {
+    for (int round = 0; round < rounds; ++round) {
+      if (r == round) std::this_thread::sleep_for(30ms);  // one late rank each round
+      entered.fetch_add(1);
+      mimatrix::bootstrap::barrier(s, "sync", size, 2s);
+      seen_on_leaving[round * size + r] = entered.load();
+    }
+  });
+  // Nobody leaves round k before all `size` ranks entered it.
+  for (int round = 0; round < rounds; ++round)
+    for (int r = 0; r < size; ++r) EXPECT_GE(seen_on_leaving[round * size + r], (round + 1) * size) << round << " " << r;
+}
+
+TEST(barrier, a_timeout_says_how_many_ranks_arrived) {
+  mimatrix::bootstrap::memory_store s;
+  s.add("start/arrived", 1);  // one other rank is already there
+  try {
+    mimatrix::bootstrap::barrier(s, "start", 4, 100ms);
+    FAIL() << "two of four ranks passed a barrier";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::timeout);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("2 of 4 ranks arrived"), std::string::npos) << m;
+    EXPECT_NE(m.find("'start'"), std::string::npos) << m;
+    EXPECT_NE(m.find("memory:"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
