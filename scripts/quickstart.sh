@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# The main job: install build dependencies, build the `default` preset's examples, and
-# run the quick start (a ring allreduce across in-process ranks, checked and timed).
+# The main job: install what is missing, build the `default` preset's programs, then
+#   1. run the quick start: a ring allreduce across in-process ranks, checked and timed;
+#   2. run allreduce_perf across local processes over libfabric, first shm then
+#      tcp;ofi_rxm on loopback, beside OpenMPI, Gloo and fi_pingpong in the same run
+#      (benchmark/compare), and print the ratios.
 #
-#   scripts/quickstart.sh [ranks] [max_bytes]      defaults: 4 ranks, 64M
+#   scripts/quickstart.sh [ranks] [sizes]      defaults: 2 ranks, "8 1M 64M"
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+ranks=${1:-2}
+sizes=${2:-"8 1M 64M"}
+
 scripts/setup-debian.sh
 cmake --preset default >/dev/null
-cmake --build --preset default --parallel "${MIMATRIX_JOBS:-2}" --target quickstart
-build/default/examples/00_quickstart/quickstart "${1:-4}" "${2:-64M}"
+cmake --build --preset default --parallel "${MIMATRIX_JOBS:-2}" \
+  --target quickstart allreduce_perf mimatrix-run mpi_allreduce_perf gloo_allreduce_perf
+
+echo "==> in-process ranks (transport::inproc)"
+build/default/examples/00_quickstart/quickstart 4 16M
+
+for provider in shm tcp; do
+  echo
+  echo "==> $ranks processes over libfabric ($provider), beside OpenMPI, Gloo and fi_pingpong"
+  benchmark/compare --build build/default --ranks "$ranks" --provider "$provider" --sizes "$sizes"
+done

@@ -11,6 +11,11 @@ packages=(
   libgtest-dev
   libgmock-dev
   libbenchmark-dev
+  libfabric-dev     # transport::fabric
+  libfabric-bin     # fi_info, fi_pingpong (benchmark/compare)
+  libopenmpi-dev    # the OpenMPI baseline (benchmark/baselines)
+  openmpi-bin
+  libgloo-dev       # the Gloo baseline
   "$@"
 )
 

@@ -27,6 +27,7 @@ class communicator {
   int size() const { return transport_.size(); }
 
   Transport& transport() { return transport_; }
+  const Transport& transport() const { return transport_; }
   const options& settings() const { return options_; }
   void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
 

@@ -56,7 +56,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     const std::size_t n = steps.size();
     pending_.resize(n);
     state_.assign(n, {});
-    std::size_t staging_bytes = 0;
+    std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
       pending_[i] = static_cast<std::uint32_t>(st.deps.size());
@@ -68,18 +68,23 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
                                                 " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
       if (st.kind == kind::recv_reduce) {
-        state_[i].staging = staging_bytes;
-        staging_bytes += (st.dst.bytes + 63) / 64 * 64;
+        reduces_.push_back(static_cast<schedule::step_id>(i));
+        slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
     }
-    staging_ = ep_->take_arena(staging_bytes);
+    // Staging is a few slots reused in schedule order, not one block a step: data then
+    // arrives in memory the reduction reads while it is still in cache.
+    const std::size_t slots =
+        std::clamp<std::size_t>(staging_budget / std::max<std::size_t>(slot_bytes, 1), 2, max_staged);
+    slot_bytes_ = slot_bytes;
+    staging_ = ep_->take_arena(std::min(slots, reduces_.size()) * slot_bytes);
+    for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
     if (auto f = ep_->failure(sig_.sequence)) {
       fail_from(*f);
       return;
     }
-    // Receives into staging depend on nothing: post them all now.
-    for (std::size_t i = 0; i < n; ++i)
-      if (steps[i].kind == kind::recv_reduce) to_post_.push_back(static_cast<schedule::step_id>(i));
+    // Receives into staging depend on nothing: post as many as there are slots now.
+    stage_more();
     for (std::size_t i = 0; i < n; ++i)
       if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
     advance();
@@ -125,9 +130,14 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
  private:
   enum class phase { running, done, failed };
 
+  // Staging for recv_reduce: about this many bytes (half an L2 here), in at least 2 and
+  // at most max_staged slots.
+  static constexpr std::size_t staging_budget = std::size_t(1) << 20;
+  static constexpr std::size_t max_staged = 64;
+
   struct step_state {
     fabric_request* request = nullptr;  // posted and not yet completed
-    std::size_t staging = 0;            // recv_reduce: offset of its block in staging_
+    std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
     bool arrived = false;               // recv_reduce: the data is in staging
     bool ready = false;                 // recv_reduce: its dependencies are done
   };
@@ -199,7 +209,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       ret = fi_tsenddata(ep_->ep(), data, st.src.bytes, ep_->registrations().descriptor(data, st.src.bytes),
                          packed_, ep_->address(st.peer), tag, &r->ctx);
     } else {
-      std::byte* data = st.kind == kind::recv ? mem_.write(st.dst) : staging_.data.get() + state_[id].staging;
+      std::byte* data = st.kind == kind::recv ? mem_.write(st.dst) : staged(id);
       call = "fi_trecv";
       ret = fi_trecv(ep_->ep(), data, st.dst.bytes, ep_->registrations().descriptor(data, st.dst.bytes),
                      ep_->address(st.peer), tag, 0, &r->ctx);
@@ -262,10 +272,24 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     fail(errc::transport, describe(context(id), what));
   }
 
+  std::byte* staged(schedule::step_id id) { return staging_.data.get() + state_[id].slot * slot_bytes_; }
+
+  /// Gives free staging slots to the next recv_reduce steps, in schedule order, and
+  /// queues their receives. In order, the earliest unfinished one always has a slot.
+  void stage_more() {
+    while (!free_slots_.empty() && next_reduce_ < reduces_.size()) {
+      const schedule::step_id id = reduces_[next_reduce_++];
+      state_[id].slot = free_slots_.back();
+      free_slots_.pop_back();
+      to_post_.push_back(id);
+    }
+  }
+
   void reduce_staged(schedule::step_id id) {
     const schedule::step& st = step_at(id);
-    combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), staging_.data.get() + state_[id].staging,
-                  st.dst.bytes);
+    combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), staged(id), st.dst.bytes);
+    free_slots_.push_back(state_[id].slot);
+    stage_more();
     complete(id);
   }
 
@@ -385,6 +409,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::vector<std::uint32_t> pending_;
   std::vector<step_state> state_;
   std::vector<schedule::step_id> ready_, to_post_;
+  std::vector<schedule::step_id> reduces_;  // the recv_reduce steps, in schedule order
+  std::size_t next_reduce_ = 0;             // the first of reduces_ without a slot
+  std::vector<std::size_t> free_slots_;
+  std::size_t slot_bytes_ = 0;
   std::size_t completed_ = 0;
   bool probed_ = false;
   phase phase_ = phase::running;
