@@ -119,6 +119,9 @@ class fabric_endpoint {
   /// The provider's text for a completion error (valid while it is being dispatched).
   std::string explain(const fi_cq_err_entry& e) const { return explain_completion(cq_, e, provider_); }
 
+  /// Sends up to this size are injected: buffered by the provider at once, no completion.
+  std::size_t inject_bytes() const { return inject_bytes_; }
+
   /// Whether data messages carry the call's signature as remote CQ data.
   bool carries_signature() const { return carries_signature_; }
 
@@ -298,6 +301,7 @@ class fabric_endpoint {
     mr_ = std::make_unique<registration_cache>(
         domain_, provider_, settings_.register_always || (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0);
     carries_signature_ = info_->domain_attr->cq_data_size >= 8;
+    inject_bytes_ = info_->tx_attr->inject_size;
     pongs_.assign(std::size_t(size_), 0);
   }
 
@@ -483,6 +487,7 @@ class fabric_endpoint {
   fid_ep* ep_ = nullptr;
   std::unique_ptr<registration_cache> mr_;
   bool carries_signature_ = true;
+  std::size_t inject_bytes_ = 0;
   bool closing_ = false;
   std::vector<fi_addr_t> peers_;
   std::vector<std::unique_ptr<fabric_request>> all_;

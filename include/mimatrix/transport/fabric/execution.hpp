@@ -198,6 +198,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   /// Posts a send or receive; false on back-pressure (-FI_EAGAIN).
   bool post(schedule::step_id id) {
     const schedule::step& st = step_at(id);
+    if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes()) return inject(id);
     fabric_request* r = ep_->acquire(this, id);
     const std::uint64_t tag =
         wire::data_tag(st.kind == kind::send ? plan_->rank : st.peer, sig_.sequence, st.tag);
@@ -225,6 +226,21 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       return true;
     }
     state_[id].request = r;
+    return true;
+  }
+
+  /// A small send: the provider copies it before returning, so the step is done at once.
+  bool inject(schedule::step_id id) {
+    const schedule::step& st = step_at(id);
+    const ssize_t ret = fi_tinjectdata(ep_->ep(), mem_.read(st.src), st.src.bytes, packed_, ep_->address(st.peer),
+                                       wire::data_tag(plan_->rank, sig_.sequence, st.tag));
+    if (ret == -FI_EAGAIN) return false;
+    if (ret != 0) {
+      fail(is_peer_loss(static_cast<int>(ret)) ? errc::peer_lost : errc::transport,
+           describe(context(id), explain_fabric_call("fi_tinjectdata", ret, ep_->provider())));
+      return true;
+    }
+    complete(id);
     return true;
   }
 

@@ -52,8 +52,10 @@ class registration_cache {
     constexpr std::uintptr_t page = 4096;
     const std::uintptr_t first = begin & ~(page - 1), last = (end + page - 1) & ~(page - 1);
     fid_mr* mr = nullptr;
-    check_fabric_call(fi_mr_reg(domain_, reinterpret_cast<void*>(first), last - first, FI_SEND | FI_RECV, 0, 0, 0, &mr, nullptr),
-          "fi_mr_reg", provider_);
+    // Keys must be unique in the domain unless the provider picks them (FI_MR_PROV_KEY).
+    check_fabric_call(fi_mr_reg(domain_, reinterpret_cast<void*>(first), last - first, FI_SEND | FI_RECV, 0,
+                                ++next_key_, 0, &mr, nullptr),
+                      "fi_mr_reg", provider_);
     ++registrations_;
     // A grown buffer at a known address: the older, smaller registration may still be in
     // use by an operation in flight, so it is retired, not closed.
@@ -85,6 +87,7 @@ class registration_cache {
   std::map<std::uintptr_t, entry> entries_;
   std::vector<fid_mr*> retired_;
   std::size_t registrations_ = 0, hits_ = 0;
+  std::uint64_t next_key_ = 0;
 };
 
 }  // namespace mimatrix::transport::detail
