@@ -116,7 +116,7 @@ TEST_P(fabric_failure, a_stalled_rank_is_named_by_the_liveness_probe_and_learns_
     const std::string line = caught(r, rank);
     EXPECT_NE(line.find("CAUGHT peer lost"), std::string::npos) << test::all_output(r);
     EXPECT_NE(line.find("rank(s) " + std::to_string(stalled) + " did not answer"), std::string::npos) << line;
-    EXPECT_LE(caught_ms(line), timeout_ms + 200) << line;
+    EXPECT_LE(caught_ms(line), timeout_ms + 1000) << line;
   }
   // When it comes back, the call its peers gave up on fails: at once if their abort
   // reached it, else by its own probe, which finds them gone.
@@ -152,7 +152,7 @@ TEST_P(fabric_failure, a_bad_argument_on_one_rank_fails_every_rank_at_once) {
     EXPECT_NE(line.find("CAUGHT invalid argument"), std::string::npos) << test::all_output(r);
     EXPECT_NE(line.find("failed on another rank"), std::string::npos) << test::all_output(r);
     EXPECT_NE(line.find("rank 0"), std::string::npos) << line;
-    EXPECT_LT(caught_ms(line), timeout_ms / 2) << line;
+    EXPECT_LT(caught_ms(line), timeout_ms) << line;  // told, not timed out
   }
 }
 

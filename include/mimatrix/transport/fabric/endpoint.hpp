@@ -78,6 +78,24 @@ struct fabric_arena {
   std::size_t bytes = 0;
 };
 
+/// Where one step of a call stands.
+struct fabric_step_state {
+  fabric_request* request = nullptr;  // posted and not yet completed
+  std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
+  bool arrived = false;               // recv_reduce: the data is in staging
+  bool ready = false;                 // recv_reduce: its dependencies are done
+};
+
+/// A call's bookkeeping, kept by the endpoint across calls so that the steady state
+/// allocates nothing.
+struct fabric_workspace {
+  std::vector<std::uint32_t> pending;      // unfinished dependencies per step
+  std::vector<fabric_step_state> state;    // per step
+  std::vector<std::uint32_t> ready, to_post;
+  std::vector<std::uint32_t> reduces;      // the recv_reduce steps, in schedule order
+  std::vector<std::size_t> free_slots;
+};
+
 struct fabric_failure {
   errc code;
   std::string message;
@@ -177,6 +195,22 @@ class fabric_endpoint {
   /// Memory a failed call's orphans may still write: kept until the endpoint closes.
   void retire_arena(fabric_arena a) {
     if (a.bytes) retired_.push_back(std::move(a));
+  }
+
+  // ---- workspaces ----------------------------------------------------------------
+
+  std::unique_ptr<fabric_workspace> take_workspace() {
+    if (workspaces_.empty()) return std::make_unique<fabric_workspace>();
+    auto w = std::move(workspaces_.back());
+    workspaces_.pop_back();
+    w->ready.clear();
+    w->to_post.clear();
+    w->reduces.clear();
+    w->free_slots.clear();
+    return w;
+  }
+  void give_workspace(std::unique_ptr<fabric_workspace> w) {
+    if (w) workspaces_.push_back(std::move(w));
   }
 
   // ---- progress ------------------------------------------------------------------
@@ -495,6 +529,7 @@ class fabric_endpoint {
   std::size_t orphans_ = 0;
   std::multimap<std::size_t, fabric_arena> arenas_;
   std::vector<fabric_arena> retired_;
+  std::vector<std::unique_ptr<fabric_workspace>> workspaces_;
   std::map<std::uint64_t, fabric_failure> failures_;
   std::vector<std::uint64_t> pongs_;
   std::uint64_t nonce_ = 0;

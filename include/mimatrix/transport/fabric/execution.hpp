@@ -50,12 +50,13 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         // Probe peers' liveness a little before the deadline, so a lost rank is named
         // within it.
         probe_at_(deadline_ - 2 * probe_grace(timeout)),
+        ws_(ep_->take_workspace()),
         scratch_(ep_->take_arena(plan_->scratch_bytes)),
         mem_{input, output, scratch_.data.get()} {
     const auto& steps = plan_->steps;
     const std::size_t n = steps.size();
     pending_.resize(n);
-    state_.assign(n, {});
+    state_.assign(n, fabric_step_state{});
     std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
@@ -135,12 +136,6 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   static constexpr std::size_t staging_budget = std::size_t(1) << 20;
   static constexpr std::size_t max_staged = 64;
 
-  struct step_state {
-    fabric_request* request = nullptr;  // posted and not yet completed
-    std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
-    bool arrived = false;               // recv_reduce: the data is in staging
-    bool ready = false;                 // recv_reduce: its dependencies are done
-  };
 
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
 
@@ -403,7 +398,9 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     give_back_memory();
   }
 
+  /// Returns the call's memory to the endpoint; the call touches none of it afterwards.
   void give_back_memory() {
+    ep_->give_workspace(std::move(ws_));
     if (ep_->orphans()) {
       ep_->retire_arena(std::move(scratch_));
       ep_->retire_arena(std::move(staging_));
@@ -420,14 +417,17 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   Op op_;
   std::chrono::milliseconds timeout_;
   clock::time_point started_, deadline_, probe_at_;
+  std::unique_ptr<fabric_workspace> ws_;
   fabric_arena scratch_, staging_;
   host_buffers mem_;
-  std::vector<std::uint32_t> pending_;
-  std::vector<step_state> state_;
-  std::vector<schedule::step_id> ready_, to_post_;
-  std::vector<schedule::step_id> reduces_;  // the recv_reduce steps, in schedule order
-  std::size_t next_reduce_ = 0;             // the first of reduces_ without a slot
-  std::vector<std::size_t> free_slots_;
+  // The workspace's parts, by name (valid until give_back_memory()).
+  std::vector<std::uint32_t>& pending_ = ws_->pending;
+  std::vector<fabric_step_state>& state_ = ws_->state;
+  std::vector<schedule::step_id>& ready_ = ws_->ready;
+  std::vector<schedule::step_id>& to_post_ = ws_->to_post;
+  std::vector<schedule::step_id>& reduces_ = ws_->reduces;  // the recv_reduce steps, in schedule order
+  std::vector<std::size_t>& free_slots_ = ws_->free_slots;
+  std::size_t next_reduce_ = 0;  // the first of reduces_ without a slot
   std::size_t slot_bytes_ = 0;
   std::size_t completed_ = 0;
   bool probed_ = false;
