@@ -35,6 +35,10 @@ struct fabric_options {
   /// Register every buffer even when the provider does not ask for it (tests the
   /// registration path on shm and tcp). MIMATRIX_FABRIC_REGISTER=always.
   bool register_always = false;
+  /// Memory for receiving recv_reduce data before it is reduced, reused in slots of the
+  /// schedule's chunk size: small enough to stay in cache, large enough to keep several
+  /// messages in flight. MIMATRIX_STAGING_BYTES.
+  std::size_t staging_bytes = std::size_t(1) << 20;
 };
 
 /// One rank's endpoint in a group of processes.
@@ -62,7 +66,8 @@ class fabric {
     options = resolve(std::move(options), id);
     if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
     endpoint_ = std::make_shared<detail::fabric_endpoint>(
-        id, std::move(store), detail::fabric_settings{options.provider, options.startup_timeout, options.register_always});
+        id, std::move(store), detail::fabric_settings{options.provider, options.startup_timeout, options.register_always,
+                                options.staging_bytes});
   }
 
   int rank() const { return endpoint_->rank(); }
@@ -103,6 +108,15 @@ class fabric {
                                                 ": MIMATRIX_STARTUP_TIMEOUT_MS must be a positive number of "
                                                 "milliseconds, got '" + ms + "'");
       o.startup_timeout = std::chrono::milliseconds(v);
+    }
+    if (const std::string bytes = env("MIMATRIX_STAGING_BYTES"); !bytes.empty()) {
+      char* end = nullptr;
+      const long long v = std::strtoll(bytes.c_str(), &end, 10);
+      if (*end != '\0' || v <= 0)
+        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
+                                                ": MIMATRIX_STAGING_BYTES must be a positive number of bytes, got '" +
+                                                bytes + "'");
+      o.staging_bytes = std::size_t(v);
     }
     if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
       if (reg != "always" && reg != "auto")

@@ -41,6 +41,7 @@ struct fabric_settings {
   std::string provider;  // empty: libfabric's first choice
   std::chrono::milliseconds startup_timeout{60000};
   bool register_always = false;
+  std::size_t staging_bytes = std::size_t(1) << 20;
 };
 
 class fabric_call;
@@ -68,14 +69,24 @@ class fabric_call {
   ~fabric_call() = default;
 };
 
-/// A block of host memory reused across calls (scratch and receive staging), so the
-/// steady state allocates and registers nothing.
+/// A block of host memory that grows to the largest size asked of it and is then reused.
 struct fabric_arena {
   struct free_aligned {
     void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };
   std::unique_ptr<std::byte[], free_aligned> data;
   std::size_t bytes = 0;
+
+  /// At least `n` bytes (their old contents are not kept).
+  std::byte* reserve(std::size_t n) {
+    if (n > bytes) {
+      std::size_t rounded = 4096;  // powers of two: calls of nearby sizes share
+      while (rounded < n) rounded *= 2;
+      data.reset(static_cast<std::byte*>(::operator new[](rounded, std::align_val_t(64))));
+      bytes = rounded;
+    }
+    return data.get();
+  }
 };
 
 /// Where one step of a call stands.
@@ -86,9 +97,10 @@ struct fabric_step_state {
   bool ready = false;                 // recv_reduce: its dependencies are done
 };
 
-/// A call's bookkeeping, kept by the endpoint across calls so that the steady state
-/// allocates nothing.
+/// A call's bookkeeping and memory (scratch, staging), kept by the endpoint across calls
+/// so that the steady state allocates nothing.
 struct fabric_workspace {
+  fabric_arena scratch, staging;
   std::vector<std::uint32_t> pending;      // unfinished dependencies per step
   std::vector<fabric_step_state> state;    // per step
   std::vector<std::uint32_t> ready, to_post;
@@ -137,6 +149,9 @@ class fabric_endpoint {
   /// The provider's text for a completion error (valid while it is being dispatched).
   std::string explain(const fi_cq_err_entry& e) const { return explain_completion(cq_, e, provider_); }
 
+  /// About how much memory a call's recv_reduce staging slots take.
+  std::size_t staging_bytes() const { return settings_.staging_bytes; }
+
   /// Sends up to this size are injected: buffered by the provider at once, no completion.
   std::size_t inject_bytes() const { return inject_bytes_; }
 
@@ -171,32 +186,6 @@ class fabric_endpoint {
   }
   std::size_t orphans() const { return orphans_; }
 
-  // ---- arenas --------------------------------------------------------------------
-
-  fabric_arena take_arena(std::size_t bytes) {
-    if (bytes == 0) return {};
-    auto it = arenas_.lower_bound(bytes);
-    if (it != arenas_.end()) {
-      fabric_arena a = std::move(it->second);
-      arenas_.erase(it);
-      return a;
-    }
-    // Round up so that calls of nearby sizes share arenas.
-    std::size_t rounded = 4096;
-    while (rounded < bytes) rounded *= 2;
-    fabric_arena a;
-    a.data.reset(static_cast<std::byte*>(::operator new[](rounded, std::align_val_t(64))));
-    a.bytes = rounded;
-    return a;
-  }
-  void give_arena(fabric_arena a) {
-    if (a.bytes) arenas_.emplace(a.bytes, std::move(a));
-  }
-  /// Memory a failed call's orphans may still write: kept until the endpoint closes.
-  void retire_arena(fabric_arena a) {
-    if (a.bytes) retired_.push_back(std::move(a));
-  }
-
   // ---- workspaces ----------------------------------------------------------------
 
   std::unique_ptr<fabric_workspace> take_workspace() {
@@ -211,6 +200,11 @@ class fabric_endpoint {
   }
   void give_workspace(std::unique_ptr<fabric_workspace> w) {
     if (w) workspaces_.push_back(std::move(w));
+  }
+  /// The workspace of a failed call whose orphans may still write its memory: kept until
+  /// the endpoint closes, never reused.
+  void retire_workspace(std::unique_ptr<fabric_workspace> w) {
+    if (w) retired_.push_back(std::move(w));
   }
 
   // ---- progress ------------------------------------------------------------------
@@ -527,9 +521,7 @@ class fabric_endpoint {
   std::vector<std::unique_ptr<fabric_request>> all_;
   std::vector<fabric_request*> free_;
   std::size_t orphans_ = 0;
-  std::multimap<std::size_t, fabric_arena> arenas_;
-  std::vector<fabric_arena> retired_;
-  std::vector<std::unique_ptr<fabric_workspace>> workspaces_;
+  std::vector<std::unique_ptr<fabric_workspace>> workspaces_, retired_;
   std::map<std::uint64_t, fabric_failure> failures_;
   std::vector<std::uint64_t> pongs_;
   std::uint64_t nonce_ = 0;

@@ -51,8 +51,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         // within it.
         probe_at_(deadline_ - 2 * probe_grace(timeout)),
         ws_(ep_->take_workspace()),
-        scratch_(ep_->take_arena(plan_->scratch_bytes)),
-        mem_{input, output, scratch_.data.get()} {
+        mem_{input, output, ws_->scratch.reserve(plan_->scratch_bytes)} {
     const auto& steps = plan_->steps;
     const std::size_t n = steps.size();
     pending_.resize(n);
@@ -76,9 +75,9 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     // Staging is a few slots reused in schedule order, not one block a step: data then
     // arrives in memory the reduction reads while it is still in cache.
     const std::size_t slots =
-        std::clamp<std::size_t>(staging_budget / std::max<std::size_t>(slot_bytes, 1), 2, max_staged);
+        std::clamp<std::size_t>(ep_->staging_bytes() / std::max<std::size_t>(slot_bytes, 1), 2, max_staged);
     slot_bytes_ = slot_bytes;
-    staging_ = ep_->take_arena(std::min(slots, reduces_.size()) * slot_bytes);
+    staging_ = ws_->staging.reserve(std::min(slots, reduces_.size()) * slot_bytes);
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
     if (auto f = ep_->failure(sig_.sequence)) {
       fail_from(*f);
@@ -131,9 +130,8 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
  private:
   enum class phase { running, done, failed };
 
-  // Staging for recv_reduce: about this many bytes (half an L2 here), in at least 2 and
-  // at most max_staged slots.
-  static constexpr std::size_t staging_budget = std::size_t(1) << 20;
+  // Staging for recv_reduce: about fabric_options::staging_bytes, in at least 2 and at
+  // most max_staged slots.
   static constexpr std::size_t max_staged = 64;
 
 
@@ -283,7 +281,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     fail(errc::transport, describe(context(id), what));
   }
 
-  std::byte* staged(schedule::step_id id) { return staging_.data.get() + state_[id].slot * slot_bytes_; }
+  std::byte* staged(schedule::step_id id) { return staging_ + state_[id].slot * slot_bytes_; }
 
   /// Gives free staging slots to the next recv_reduce steps, in schedule order, and
   /// queues their receives. In order, the earliest unfinished one always has a slot.
@@ -400,14 +398,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
 
   /// Returns the call's memory to the endpoint; the call touches none of it afterwards.
   void give_back_memory() {
-    ep_->give_workspace(std::move(ws_));
-    if (ep_->orphans()) {
-      ep_->retire_arena(std::move(scratch_));
-      ep_->retire_arena(std::move(staging_));
-    } else {
-      ep_->give_arena(std::move(scratch_));
-      ep_->give_arena(std::move(staging_));
-    }
+    if (ep_->orphans())
+      ep_->retire_workspace(std::move(ws_));
+    else
+      ep_->give_workspace(std::move(ws_));
   }
 
   std::shared_ptr<fabric_endpoint> ep_;
@@ -418,8 +412,8 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::chrono::milliseconds timeout_;
   clock::time_point started_, deadline_, probe_at_;
   std::unique_ptr<fabric_workspace> ws_;
-  fabric_arena scratch_, staging_;
   host_buffers mem_;
+  std::byte* staging_ = nullptr;
   // The workspace's parts, by name (valid until give_back_memory()).
   std::vector<std::uint32_t>& pending_ = ws_->pending;
   std::vector<fabric_step_state>& state_ = ws_->state;
