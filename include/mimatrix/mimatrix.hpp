@@ -1,5 +1,6 @@
 // mimatrix: everything a user of the host library needs, in one include.
-// Backends with external dependencies (libfabric, CUDA) have headers of their own.
+// Backends with external dependencies have headers of their own: transport/fabric.hpp
+// (link mimatrix::fabric) and reduce/cuda.cuh (mimatrix::cuda).
 #pragma once
 
 #include "mimatrix/version.hpp"
@@ -24,6 +25,8 @@
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/model/cost.hpp"
 #include "mimatrix/transport/inproc.hpp"
+#include "mimatrix/bootstrap/env.hpp"
+#include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/communicator.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/allreduce.hpp"
