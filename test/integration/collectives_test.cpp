@@ -1,6 +1,6 @@
 // Every algorithm and collective across real processes over libfabric's shm and
 // tcp;ofi_rxm providers on loopback, world sizes 2 to 5, exact checks on integer-valued
-// data up to 16 MiB.
+// data up to 16 MiB (up to 1000 elements in the sanitizer builds' quick mode).
 #include "mimatrix/transport/fabric.hpp"
 #include "mimatrix/transport/fabric.hpp"  // and twice: the header is self-contained
 
@@ -128,8 +128,8 @@ struct checker {
   void run_all(const std::string& name, const Topology& topo, const Algorithm& algo) {
     where = name;
     for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(1000), std::size_t(65537)})
-      every_collective(n, topo, algo);
-    allreduce_of<reduce::sum<std::int32_t>>(std::size_t(4) << 20, topo, algo);  // 16 MiB
+      if (!test::quick || n < 65537) every_collective(n, topo, algo);
+    if (!test::quick) allreduce_of<reduce::sum<std::int32_t>>(std::size_t(4) << 20, topo, algo);  // 16 MiB
   }
 };
 

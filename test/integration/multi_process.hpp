@@ -62,6 +62,9 @@ inline bootstrap::launch_result run_ranks(int ranks, const std::string& provider
   o.env = std::move(env);
   o.env.emplace_back("MIMATRIX_TEST_SCENARIO", name);
   o.env.emplace_back("MIMATRIX_PROVIDER", provider);
+#ifdef MIMATRIX_LSAN_SUPPRESSIONS
+  o.env.emplace_back("LSAN_OPTIONS", "suppressions=" MIMATRIX_LSAN_SUPPRESSIONS);
+#endif
   o.capture = true;
   o.timeout = limit;
   o.grace = std::chrono::seconds(30);
