@@ -162,8 +162,7 @@ class fabric_runner {
 
   void run() {
     const bool gather_in_place = C == collective::allgather && in_place_;
-    call_->run(gather_in_place ? out_.data() : in_.data(), gather_in_place ? out_.data() : out_.data(), shape_.count,
-               in_place_, o_.root);
+    call_->run(gather_in_place ? out_.data() : in_.data(), out_.data(), shape_.count, in_place_, o_.root);
   }
 
   std::size_t check() const {

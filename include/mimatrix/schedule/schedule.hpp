@@ -147,6 +147,14 @@ struct schedule {
   std::vector<std::uint32_t> successor_begin;
 };
 
+/// Marks step `id` of `s` done for an executor: decrements the unfinished-dependency
+/// count of each successor and appends those that reach zero to `ready`.
+inline void release_successors(const schedule& s, step_id id, std::vector<std::uint32_t>& pending,
+                               std::vector<step_id>& ready) {
+  for (auto k = s.successor_begin[id]; k < s.successor_begin[id + 1]; ++k)
+    if (--pending[s.successors[k]] == 0) ready.push_back(s.successors[k]);
+}
+
 /// Builds a schedule step by step; every step may only depend on earlier ones, so a
 /// built schedule is acyclic by construction.
 class builder {

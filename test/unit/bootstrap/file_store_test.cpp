@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/bytes.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -20,17 +22,8 @@ using namespace std::chrono_literals;
 using mimatrix::errc;
 using mimatrix::bootstrap::file_store;
 
-std::vector<std::byte> bytes(const std::string& s) {
-  std::vector<std::byte> v;
-  for (char c : s) v.push_back(static_cast<std::byte>(c));
-  return v;
-}
-
-std::string text(const std::vector<std::byte>& v) {
-  std::string s;
-  for (std::byte b : v) s += static_cast<char>(b);
-  return s;
-}
+using mimatrix::test::bytes;
+using mimatrix::test::text;
 
 /// A fresh directory under the temporary directory, removed at the end of the test.
 class file_store_test : public ::testing::Test {

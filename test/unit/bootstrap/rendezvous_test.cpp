@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/bytes.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -50,11 +52,7 @@ std::string open_failure(const identity& id, const environment& vars) {
   return {};
 }
 
-std::vector<std::byte> bytes(const std::string& s) {
-  std::vector<std::byte> v;
-  for (char c : s) v.push_back(static_cast<std::byte>(c));
-  return v;
-}
+using mimatrix::test::bytes;
 
 TEST(open_store, one_rank_with_nothing_set_is_in_memory) {
   auto s = mimatrix::bootstrap::open_store(rank_of(0, 1), 100ms, lookup({}));

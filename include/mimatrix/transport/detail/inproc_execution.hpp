@@ -331,9 +331,7 @@ class inproc_execution final : public mimatrix::detail::operation {
 
   void complete(schedule::step_id id) {
     ++completed_;
-    const auto& p = *plan_;
-    for (auto k = p.successor_begin[id]; k < p.successor_begin[id + 1]; ++k)
-      if (--pending_[p.successors[k]] == 0) ready_.push_back(p.successors[k]);
+    schedule::release_successors(*plan_, id, pending_, ready_);
   }
 
   /// When blocked: adopts another rank's failure, or fails on the deadline. True if failed.

@@ -45,8 +45,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         packed_(wire::pack(sig)),
         op_(op),
         timeout_(timeout),
-        started_(clock::now()),
-        deadline_(started_ + timeout),
+        deadline_(clock::now() + timeout),
         // Probe peers' liveness a little before the deadline, so a lost rank is named
         // within it.
         probe_at_(deadline_ - 2 * probe_grace(timeout)),
@@ -304,9 +303,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
 
   void complete(schedule::step_id id) {
     ++completed_;
-    const auto& p = *plan_;
-    for (auto k = p.successor_begin[id]; k < p.successor_begin[id + 1]; ++k)
-      if (--pending_[p.successors[k]] == 0) ready_.push_back(p.successors[k]);
+    schedule::release_successors(*plan_, id, pending_, ready_);
   }
 
   // ---- deadlines and failures ---------------------------------------------------------
@@ -410,7 +407,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::uint64_t packed_;
   Op op_;
   std::chrono::milliseconds timeout_;
-  clock::time_point started_, deadline_, probe_at_;
+  clock::time_point deadline_, probe_at_;
   std::unique_ptr<fabric_workspace> ws_;
   host_buffers mem_;
   std::byte* staging_ = nullptr;
