@@ -1,5 +1,6 @@
-// A killed rank, mismatched counts and a bad argument across processes: every surviving
-// rank ends the call with an error that names the cause, within the deadline.
+// A killed rank, mismatched counts and a bad argument across processes, with messages
+// (ring) and with RMA writes (GDRAA): every surviving rank ends the call with an error
+// that names the cause, within the deadline.
 #include "mimatrix/transport/fabric.hpp"
 
 #include <gtest/gtest.h>
@@ -8,10 +9,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
@@ -39,45 +43,59 @@ int expect_error(communicator<fabric>& comm, Call&& call) {
   return 1;
 }
 
-MIMATRIX_SCENARIO(killed_rank) {
+/// Runs `body(comm, sum)` with a ring allreduce, or GDRAA's (RMA writes) when
+/// MIMATRIX_TEST_ALGO=gdraa.
+template <class Body>
+int with_allreduce(Body&& body) {
   communicator<fabric> comm;
   comm.set_timeout(std::chrono::milliseconds(timeout_ms));
-  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
-  std::vector<int> data(std::size_t(1) << 20, comm.rank());
-  sum(data);  // every rank takes part once
-  if (data[0] != comm.size() * (comm.size() - 1) / 2) return 1;
-  if (comm.rank() == comm.size() - 1) {
-    auto pending = sum.start(data);  // mid-collective: messages are in flight
-    (void)pending.test();
-    ::kill(::getpid(), SIGKILL);
+  const char* algo = std::getenv("MIMATRIX_TEST_ALGO");
+  if (algo && std::string(algo) == "gdraa") {
+    allreduce<fabric, topology::mesh, reduce::sum<int>, algorithm::gdraa> sum(comm);
+    return body(comm, sum);
   }
-  return expect_error(comm, [&] { sum(data); });
+  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
+  return body(comm, sum);
+}
+
+MIMATRIX_SCENARIO(killed_rank) {
+  return with_allreduce([](communicator<fabric>& comm, auto& sum) {
+    std::vector<int> data(std::size_t(1) << 20, comm.rank());
+    sum(data);  // every rank takes part once
+    if (data[0] != comm.size() * (comm.size() - 1) / 2) return 1;
+    if (comm.rank() == comm.size() - 1) {
+      auto pending = sum.start(data);  // mid-collective: messages or writes are in flight
+      (void)pending.test();
+      ::kill(::getpid(), SIGKILL);
+    }
+    // The others start later, so the victim cannot finish the call before it dies (with
+    // RMA a whole call can complete inside one test()).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return expect_error(comm, [&] { sum(data); });
+  });
 }
 
 MIMATRIX_SCENARIO(stalled_rank) {
-  communicator<fabric> comm;
-  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
-  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
-  std::vector<int> data(1000, 1);
-  // The last rank is alive but away (a long host-side step) past its peers' deadline.
-  if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
-  return expect_error(comm, [&] { sum(data); });
+  return with_allreduce([](communicator<fabric>& comm, auto& sum) {
+    std::vector<int> data(1000, 1);
+    // The last rank is alive but away (a long host-side step) past its peers' deadline.
+    if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
+    return expect_error(comm, [&] { sum(data); });
+  });
 }
 
 MIMATRIX_SCENARIO(mismatched_counts) {
-  communicator<fabric> comm;
-  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
-  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
-  std::vector<int> data(1000 + (comm.rank() == 1 ? 24 : 0), 1);
-  return expect_error(comm, [&] { sum(data); });
+  return with_allreduce([](communicator<fabric>& comm, auto& sum) {
+    std::vector<int> data(1000 + (comm.rank() == 1 ? 24 : 0), 1);
+    return expect_error(comm, [&] { sum(data); });
+  });
 }
 
 MIMATRIX_SCENARIO(bad_argument_on_one_rank) {
-  communicator<fabric> comm;
-  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
-  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm);
-  std::vector<int> in(1000, 1), out(comm.rank() == 0 ? 999 : 1000);
-  return expect_error(comm, [&] { sum(in, out); });
+  return with_allreduce([](communicator<fabric>& comm, auto& sum) {
+    std::vector<int> in(1000, 1), out(comm.rank() == 0 ? 999 : 1000);
+    return expect_error(comm, [&] { sum(in, out); });
+  });
 }
 
 /// The CAUGHT line a rank printed.
@@ -88,11 +106,18 @@ std::string caught(const bootstrap::launch_result& r, int rank) {
 }
 long long caught_ms(const std::string& line) { return std::stoll(line.substr(line.find_last_of(' ', line.find(':')) + 1)); }
 
-class fabric_failure : public ::testing::TestWithParam<std::string> {};
+/// Provider and algorithm: ring (messages) or gdraa (RMA writes into windows).
+class fabric_failure : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  bootstrap::launch_result run(int ranks, const std::string& scenario) const {
+    const auto& [provider, algo] = GetParam();
+    return test::run_ranks(ranks, provider, scenario, {{"MIMATRIX_TEST_ALGO", algo}});
+  }
+};
 
 TEST_P(fabric_failure, a_killed_rank_is_named_by_every_survivor_within_the_deadline) {
   constexpr int ranks = 4, victim = ranks - 1;
-  const auto r = test::run_ranks(ranks, GetParam(), "killed_rank");
+  const auto r = run(ranks, "killed_rank");
   ASSERT_FALSE(r.timed_out) << test::all_output(r);
   EXPECT_EQ(r.status[victim], 128 + SIGKILL) << test::all_output(r);
   for (int rank = 0; rank < victim; ++rank) {
@@ -110,7 +135,7 @@ TEST_P(fabric_failure, a_killed_rank_is_named_by_every_survivor_within_the_deadl
 
 TEST_P(fabric_failure, a_stalled_rank_is_named_by_the_liveness_probe_and_learns_of_the_failure) {
   constexpr int ranks = 3, stalled = ranks - 1;
-  const auto r = test::run_ranks(ranks, GetParam(), "stalled_rank");
+  const auto r = run(ranks, "stalled_rank");
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
   for (int rank = 0; rank < stalled; ++rank) {
     const std::string line = caught(r, rank);
@@ -128,7 +153,7 @@ TEST_P(fabric_failure, a_stalled_rank_is_named_by_the_liveness_probe_and_learns_
 
 TEST_P(fabric_failure, mismatched_counts_fail_every_rank_with_mismatch) {
   constexpr int ranks = 3;
-  const auto r = test::run_ranks(ranks, GetParam(), "mismatched_counts");
+  const auto r = run(ranks, "mismatched_counts");
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
   bool names_odd_call = false;
   for (int rank = 0; rank < ranks; ++rank) {
@@ -142,7 +167,7 @@ TEST_P(fabric_failure, mismatched_counts_fail_every_rank_with_mismatch) {
 
 TEST_P(fabric_failure, a_bad_argument_on_one_rank_fails_every_rank_at_once) {
   constexpr int ranks = 3;
-  const auto r = test::run_ranks(ranks, GetParam(), "bad_argument_on_one_rank");
+  const auto r = run(ranks, "bad_argument_on_one_rank");
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
   EXPECT_NE(caught(r, 0).find("CAUGHT invalid argument"), std::string::npos) << test::all_output(r);
   EXPECT_NE(caught(r, 0).find("the input holds 1000 elements but 999 are needed"), std::string::npos)
@@ -156,8 +181,11 @@ TEST_P(fabric_failure, a_bad_argument_on_one_rank_fails_every_rank_at_once) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(over, fabric_failure, ::testing::ValuesIn(test::test_providers()),
-                         [](const auto& info) { return test::provider_label(info.param); });
+INSTANTIATE_TEST_SUITE_P(over, fabric_failure,
+                         ::testing::Combine(::testing::ValuesIn(test::test_providers()), ::testing::Values("ring", "gdraa")),
+                         [](const auto& info) {
+                           return test::provider_label(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
 
 TEST(fabric_start_up, a_wrong_provider_name_says_which_exist) {
   auto store = std::make_shared<bootstrap::memory_store>();

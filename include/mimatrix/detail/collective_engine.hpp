@@ -58,7 +58,7 @@ class collective_engine {
       comm_.transport().fail(sig, errc::invalid_argument, message);
       throw error(errc::invalid_argument, message);
     }
-    return request(comm_.transport().start(plan_for(desc), reinterpret_cast<const std::byte*>(in),
+    return request(comm_.transport().start(plan_for(desc).pick(comm_.transport(), desc), reinterpret_cast<const std::byte*>(in),
                                            reinterpret_cast<std::byte*>(out), sig, op, comm_.settings().timeout));
   }
 
@@ -95,19 +95,34 @@ class collective_engine {
     return std::nullopt;
   }
 
-  std::shared_ptr<const schedule::schedule> plan_for(const schedule::descriptor& d) {
+  /// This rank's schedule for one call, in up to two forms: as built, and with its
+  /// one-sided steps lowered to messages for transports that cannot run them (always, or
+  /// for this call).
+  struct plans {
+    using pointer = std::shared_ptr<const schedule::schedule>;
+    pointer as_built, lowered;         // lowered: null when the schedule has no one-sided step
+    std::size_t most_scratch = 0;      // over every rank's schedule (one-sided ones only)
+
+    pointer pick(const Transport& t, const schedule::descriptor& d) const {
+      if (!lowered) return as_built;
+      if constexpr (transport::runs_one_sided_sometimes<Transport>) {
+        if (t.runs_one_sided(d, most_scratch)) return as_built;
+      }
+      return lowered;
+    }
+  };
+
+  const plans& plan_for(const schedule::descriptor& d) {
     const auto key = std::make_tuple(d.kind, d.count, d.elem_size, d.root);
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     if (plans_.size() >= max_cached_plans) plans_.clear();
-    auto plan = std::make_shared<const schedule::schedule>(build(d));
-    plans_.emplace(key, plan);
-    return plan;
+    return plans_.emplace(key, build(d)).first->second;
   }
 
-  /// This rank's schedule; one-sided steps become messages when the transport cannot run
-  /// them, which needs every rank's schedule (a wait's receives come from its writers).
-  schedule::schedule build(const schedule::descriptor& d) const {
+  /// Lowering needs every rank's schedule (a wait's receives come from its writers).
+  plans build(const schedule::descriptor& d) const {
     schedule::schedule mine = algo_.build(topo_, d, comm_.rank());
+    plans p;
     if constexpr (!transport::runs_one_sided<Transport>) {
       const bool one_sided = std::any_of(mine.steps.begin(), mine.steps.end(), [](const schedule::step& st) {
         return schedule::is_one_sided(st.kind) || st.kind == schedule::step_kind::wait;
@@ -115,12 +130,16 @@ class collective_engine {
       if (one_sided) {
         std::vector<schedule::schedule> group;
         group.reserve(std::size_t(comm_.size()));
-        for (int r = 0; r < comm_.size(); ++r)
+        for (int r = 0; r < comm_.size(); ++r) {
           group.push_back(r == comm_.rank() ? mine : algo_.build(topo_, d, r));
-        return std::move(schedule::lower_one_sided(group)[std::size_t(comm_.rank())]);
+          p.most_scratch = std::max(p.most_scratch, group.back().scratch_bytes);
+        }
+        p.lowered = std::make_shared<const schedule::schedule>(
+            std::move(schedule::lower_one_sided(group)[std::size_t(comm_.rank())]));
       }
     }
-    return mine;
+    p.as_built = std::make_shared<const schedule::schedule>(std::move(mine));
+    return p;
   }
 
   static constexpr std::size_t max_cached_plans = 64;
@@ -128,8 +147,7 @@ class collective_engine {
   communicator<Transport>& comm_;
   Topology topo_;
   Algorithm algo_;
-  std::map<std::tuple<schedule::collective, std::size_t, std::size_t, int>,
-           std::shared_ptr<const schedule::schedule>> plans_;
+  std::map<std::tuple<schedule::collective, std::size_t, std::size_t, int>, plans> plans_;
 };
 
 }  // namespace mimatrix::detail

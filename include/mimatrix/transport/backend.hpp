@@ -33,4 +33,12 @@ concept backend = requires(T& t, const T& ct, std::shared_ptr<const schedule::sc
 template <class T>
 inline constexpr bool runs_one_sided = requires { requires T::native_one_sided; };
 
+/// Transports that run one-sided steps for some calls only (transport::fabric, over its
+/// RMA window) answer per call, given the most scratch any rank's schedule needs; every
+/// rank must answer alike. The collectives lower the calls they refuse.
+template <class T>
+concept runs_one_sided_sometimes = requires(const T& t, const schedule::descriptor& d, std::size_t scratch) {
+  { t.runs_one_sided(d, scratch) } -> std::same_as<bool>;
+};
+
 }  // namespace mimatrix::transport

@@ -1,6 +1,8 @@
 // transport::fabric: ranks are processes, on one machine or many, connected by libfabric
 // reliable-datagram endpoints (shm, tcp;ofi_rxm here; verbs;ofi_rxm or efa on clusters).
-// Ranks find each other through the bootstrap store; data moves as tagged messages.
+// Ranks find each other through the bootstrap store; data moves as tagged messages, and
+// one-sided steps (GDRAA's writes) as RMA writes with remote CQ data into a window every
+// rank registers once.
 #pragma once
 
 #include <chrono>
@@ -39,6 +41,11 @@ struct fabric_options {
   /// schedule's chunk size: small enough to stay in cache, large enough to keep several
   /// messages in flight. MIMATRIX_STAGING_BYTES.
   std::size_t staging_bytes = std::size_t(1) << 20;
+  /// Each half of the RMA window one-sided calls write into (output plus landing slots;
+  /// memory is committed only where touched). Calls that do not fit, broadcasts, and
+  /// every call after a failure run as messages instead. 0: no window.
+  /// MIMATRIX_WINDOW_BYTES.
+  std::size_t window_bytes = std::size_t(128) << 20;
 };
 
 /// One rank's endpoint in a group of processes.
@@ -55,7 +62,8 @@ struct fabric_options {
 class fabric {
  public:
   static constexpr const char* name = "fabric";
-  /// One-sided schedule steps run as messages here (the collectives lower them).
+  /// Not every call can run one-sided steps here: runs_one_sided() answers per call and
+  /// the collectives lower the others to messages.
   static constexpr bool native_one_sided = false;
 
   /// Rank, size and store from the environment (see bootstrap/env.hpp, rendezvous.hpp).
@@ -67,7 +75,7 @@ class fabric {
     if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
     endpoint_ = std::make_shared<detail::fabric_endpoint>(
         id, std::move(store), detail::fabric_settings{options.provider, options.startup_timeout, options.register_always,
-                                options.staging_bytes});
+                                options.staging_bytes, options.window_bytes});
   }
 
   int rank() const { return endpoint_->rank(); }
@@ -77,6 +85,20 @@ class fabric {
   /// Buffers registered so far, and lookups the cache answered (FI_MR_LOCAL providers).
   std::size_t registrations() const { return endpoint_->registrations().registrations(); }
   std::size_t registration_hits() const { return endpoint_->registrations().hits(); }
+  /// Each half of the RMA window all ranks share (0: none; one-sided steps become messages).
+  std::size_t window_bytes() const { return endpoint_->window_half_bytes(); }
+  /// Calls that ran their one-sided steps as RMA writes.
+  std::size_t one_sided_calls() const { return endpoint_->one_sided_calls(); }
+
+  /// Whether call `d`, whose schedules need at most `scratch_bytes` of scratch on any
+  /// rank, runs its one-sided steps as RMA writes. Every rank answers alike, except after
+  /// a failure, which ends one-sided calls (a late write of the failed call may land).
+  /// Broadcast is left out: its root may run calls ahead of the others, and a later
+  /// write could land in a half a peer still reads.
+  bool runs_one_sided(const schedule::descriptor& d, std::size_t scratch_bytes) const {
+    return d.kind != schedule::collective::broadcast && endpoint_->one_sided_usable() &&
+           (d.output_bytes() + 63) / 64 * 64 + scratch_bytes <= endpoint_->window_half_bytes();
+  }
 
   template <reduce::operation Op>
   std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
@@ -117,6 +139,15 @@ class fabric {
                                                 ": MIMATRIX_STAGING_BYTES must be a positive number of bytes, got '" +
                                                 bytes + "'");
       o.staging_bytes = std::size_t(v);
+    }
+    if (const std::string bytes = env("MIMATRIX_WINDOW_BYTES"); !bytes.empty()) {
+      char* end = nullptr;
+      const long long v = std::strtoll(bytes.c_str(), &end, 10);
+      if (*end != '\0' || v < 0)
+        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
+                                                ": MIMATRIX_WINDOW_BYTES must be a number of bytes (0: no RMA window), got '" +
+                                                bytes + "'");
+      o.window_bytes = std::size_t(v);
     }
     if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
       if (reg != "always" && reg != "auto")

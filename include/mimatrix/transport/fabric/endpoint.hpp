@@ -32,6 +32,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/registration_cache.hpp"
+#include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
 
 namespace mimatrix::transport::detail {
@@ -42,6 +43,7 @@ struct fabric_settings {
   std::chrono::milliseconds startup_timeout{60000};
   bool register_always = false;
   std::size_t staging_bytes = std::size_t(1) << 20;
+  std::size_t window_bytes = std::size_t(128) << 20;  // each half; 0: no RMA window
 };
 
 class fabric_call;
@@ -64,6 +66,8 @@ class fabric_call {
  public:
   virtual void on_complete(fabric_request& r, const fi_cq_tagged_entry& e) = 0;
   virtual void on_error(fabric_request& r, const fi_cq_err_entry& e) = 0;
+  /// Drives the call until it ends (done or failed).
+  virtual void finish() = 0;
 
  protected:
   ~fabric_call() = default;
@@ -106,6 +110,7 @@ struct fabric_workspace {
   std::vector<std::uint32_t> ready, to_post;
   std::vector<std::uint32_t> reduces;      // the recv_reduce steps, in schedule order
   std::vector<std::size_t> free_slots;
+  std::vector<std::uint32_t> flags;        // one-sided calls: flags arrived, by tag
 };
 
 struct fabric_failure {
@@ -125,6 +130,7 @@ class fabric_endpoint {
     try {
       open();
       exchange_addresses();
+      exchange_windows();
       for (int k = 0; k < control_receives; ++k) post_control_receive(acquire(nullptr, 0));
       bootstrap::barrier(*store_, prefix_ + "ready", size_, settings_.startup_timeout);
     } catch (...) {
@@ -157,6 +163,44 @@ class fabric_endpoint {
 
   /// Whether data messages carry the call's signature as remote CQ data.
   bool carries_signature() const { return carries_signature_; }
+
+  // ---- one-sided calls over the RMA window ---------------------------------------
+
+  /// The bytes of each window half that every rank has (0: one-sided steps must be
+  /// lowered to messages).
+  std::size_t window_half_bytes() const { return window_half_bytes_; }
+  rma_window& window() { return *window_; }
+  const window_announcement& peer_window(int peer) const { return peer_windows_[std::size_t(peer)]; }
+  /// After any failure a late write of the failed call may still land in the window, so
+  /// one-sided calls stop: the collectives lower them from then on.
+  bool one_sided_usable() const { return window_half_bytes_ > 0 && failures_.empty(); }
+  std::size_t one_sided_calls() const { return one_sided_calls_; }
+
+  /// Starts a one-sided call: the previous one must end first (its half of the window is
+  /// the one the next call uses). Returns the half this call uses.
+  std::size_t begin_one_sided(fabric_call* call) {
+    while (one_sided_current_) one_sided_current_->finish();
+    one_sided_current_ = call;
+    return one_sided_calls_++ & 1;
+  }
+  void end_one_sided(const fabric_call* call) {
+    if (one_sided_current_ == call) one_sided_current_ = nullptr;
+  }
+
+  /// Hands every arrived flag of call `sequence` (mod 2^15) to `take`; drops flags of
+  /// calls before it (their call failed or ended without them).
+  template <class Take>
+  void take_flags(std::uint32_t sequence, Take&& take) {
+    std::size_t kept = 0;
+    for (std::uint64_t data : flags_) {
+      const wire::flag f = wire::read_flag(data);
+      if (f.sequence == sequence)
+        take(f);
+      else if (!wire::earlier(f.sequence, sequence))
+        flags_[kept++] = data;
+    }
+    flags_.resize(kept);
+  }
 
   // ---- requests ------------------------------------------------------------------
 
@@ -290,7 +334,7 @@ class fabric_endpoint {
   void open() {
     fi_info* hints = fi_allocinfo();
     if (!hints) throw error(errc::transport, "transport::fabric: fi_allocinfo failed");
-    hints->caps = FI_TAGGED;
+    hints->caps = FI_TAGGED | (settings_.window_bytes ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->ep_attr->type = FI_EP_RDM;
     // The registration modes this endpoint knows how to honour.
@@ -298,7 +342,13 @@ class fabric_endpoint {
     hints->domain_attr->threading = FI_THREAD_DOMAIN;
     hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
     if (!settings_.provider.empty()) hints->fabric_attr->prov_name = strdup(settings_.provider.c_str());
-    const int ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    int ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    if ((ret != 0 || !info_) && settings_.window_bytes) {
+      // A provider without RMA writes still runs everything as messages.
+      hints->caps = FI_TAGGED;
+      settings_.window_bytes = 0;
+      ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    }
     fi_freeinfo(hints);
     if (ret != 0 || !info_) {
       const char* filter = std::getenv("FI_PROVIDER");
@@ -326,8 +376,14 @@ class fabric_endpoint {
     check_fabric_call(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", provider_, where);
     check_fabric_call(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)", provider_, where);
     check_fabric_call(fi_enable(ep_), "fi_enable", provider_, where);
+    const bool rma = (info_->caps & FI_RMA) && settings_.window_bytes && info_->domain_attr->cq_data_size >= 8;
     mr_ = std::make_unique<registration_cache>(
-        domain_, provider_, settings_.register_always || (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0);
+        domain_, provider_, settings_.register_always || (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0,
+        FI_SEND | FI_RECV | (rma ? FI_WRITE : 0));
+    if (rma)
+      window_ = std::make_unique<rma_window>(domain_, provider_, rank_, settings_.window_bytes,
+                                             (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0,
+                                             (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0);
     carries_signature_ = info_->domain_attr->cq_data_size >= 8;
     inject_bytes_ = info_->tx_attr->inject_size;
     pongs_.assign(std::size_t(size_), 0);
@@ -367,6 +423,26 @@ class fabric_endpoint {
       if (inserted != 1)
         check_fabric_call(inserted < 0 ? inserted : -FI_EADDRNOTAVAIL, "fi_av_insert", provider_, {rank_, peer});
     }
+  }
+
+  /// Every rank learns every window's address and key; one-sided calls use the
+  /// smallest half any rank has, so every rank decides alike which calls fit.
+  void exchange_windows() {
+    window_announcement mine = window_ ? window_->announcement() : window_announcement{};
+    std::vector<std::byte> bytes(sizeof mine);
+    std::memcpy(bytes.data(), &mine, sizeof mine);
+    const auto all = bootstrap::all_gather(*store_, prefix_ + "window", rank_, size_, bytes, settings_.startup_timeout);
+    peer_windows_.assign(std::size_t(size_), {});
+    std::uint64_t smallest = window_ ? mine.half_bytes : 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      const auto& b = all[std::size_t(peer)];
+      if (b.size() != sizeof(window_announcement))
+        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
+                                        std::to_string(peer) + " sent a malformed window announcement");
+      std::memcpy(&peer_windows_[std::size_t(peer)], b.data(), b.size());
+      smallest = std::min<std::uint64_t>(smallest, peer_windows_[std::size_t(peer)].half_bytes);
+    }
+    window_half_bytes_ = static_cast<std::size_t>(smallest);
   }
 
   // ---- control messages ----------------------------------------------------------
@@ -415,6 +491,10 @@ class fabric_endpoint {
   // ---- dispatch ------------------------------------------------------------------
 
   void dispatch(const fi_cq_tagged_entry& e) {
+    if (e.flags & FI_REMOTE_WRITE) {  // a peer's one-sided write landed: its flag
+      if (e.flags & FI_REMOTE_CQ_DATA) flags_.push_back(e.data);
+      return;
+    }
     auto* r = static_cast<fabric_request*>(e.op_context);
     switch (r->what) {
       case fabric_request::purpose::data:
@@ -490,6 +570,7 @@ class fabric_endpoint {
     closing_ = true;
     if (ep_) fi_close(&ep_->fid);
     mr_.reset();
+    window_.reset();
     if (av_) fi_close(&av_->fid);
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
@@ -514,6 +595,12 @@ class fabric_endpoint {
   fid_av* av_ = nullptr;
   fid_ep* ep_ = nullptr;
   std::unique_ptr<registration_cache> mr_;
+  std::unique_ptr<rma_window> window_;
+  std::vector<window_announcement> peer_windows_;
+  std::size_t window_half_bytes_ = 0;
+  fabric_call* one_sided_current_ = nullptr;
+  std::size_t one_sided_calls_ = 0;
+  std::vector<std::uint64_t> flags_;  // remote CQ data of writes not yet taken by their call
   bool carries_signature_ = true;
   std::size_t inject_bytes_ = 0;
   bool closing_ = false;

@@ -1,17 +1,21 @@
 // One rank's execution of one schedule over libfabric: a dependency-driven state machine
 // that posts every ready message at once, receives each recv_reduce into a staging block
 // as early as the call starts (so data flows while earlier steps still reduce), treats
-// -FI_EAGAIN as back-pressure, and ends every wait at the call's deadline.
+// -FI_EAGAIN as back-pressure, and ends every wait at the call's deadline. One-sided
+// steps run as RMA writes into the peers' windows (window.hpp): the call's output and
+// scratch then live in this rank's window, and the output is copied out at the end.
 #pragma once
 
 #include <rdma/fabric.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -50,19 +54,24 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         // within it.
         probe_at_(deadline_ - 2 * probe_grace(timeout)),
         ws_(ep_->take_workspace()),
-        mem_{input, output, ws_->scratch.reserve(plan_->scratch_bytes)} {
+        mem_{input, output, nullptr},
+        user_output_(output) {
     const auto& steps = plan_->steps;
     const std::size_t n = steps.size();
     pending_.resize(n);
     state_.assign(n, fabric_step_state{});
+    flags_.assign(wire::max_flag_tag + 1, 0);
     std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
       pending_[i] = static_cast<std::uint32_t>(st.deps.size());
-      if (st.kind == kind::write || st.kind == kind::notify || (st.kind == kind::wait && st.count > 0))
-        throw error(errc::invalid_argument,
-                    "transport::fabric runs one-sided steps as messages: lower the schedule first "
-                    "(schedule::lower_one_sided; the collectives do this for transports without native_one_sided)");
+      if (schedule::is_one_sided(st.kind) || (st.kind == kind::wait && st.count > 0)) {
+        one_sided_ = true;
+        if (st.tag > wire::max_flag_tag)
+          throw error(errc::invalid_argument, "transport::fabric: flag tag " + std::to_string(st.tag) +
+                                                  " exceeds the " + std::to_string(wire::flag_tag_bits) +
+                                                  " bits a write's CQ data carries");
+      }
       if (schedule::is_communication(st.kind) && st.tag > wire::max_tag)
         throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
                                                 " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
@@ -78,6 +87,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     slot_bytes_ = slot_bytes;
     staging_ = ws_->staging.reserve(std::min(slots, reduces_.size()) * slot_bytes);
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
+    if (one_sided_)
+      use_window();
+    else
+      mem_.scratch = ws_->scratch.reserve(plan_->scratch_bytes);
     if (auto f = ep_->failure(sig_.sequence)) {
       fail_from(*f);
       return;
@@ -126,6 +139,11 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
 
   const std::string& message() const override { return message_; }
 
+  void finish() override {
+    std::error_code ignored;
+    wait(ignored);
+  }
+
  private:
   enum class phase { running, done, failed };
 
@@ -142,9 +160,13 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     if (auto f = ep_->failure(sig_.sequence)) return fail_from(*f), true;
     bool changed = ep_->progress();
     if (phase_ != phase::running) return true;
+    if (one_sided_) changed |= take_flags();
+    if (phase_ != phase::running) return true;
     changed |= post_queued();
     changed |= start_ready();
     if (phase_ == phase::running && completed_ == plan_->steps.size()) {
+      if (one_sided_ && plan_->desc.output_bytes())
+        std::memcpy(user_output_, mem_.output, plan_->desc.output_bytes());
       phase_ = phase::done;
       give_back_memory();
       changed = true;
@@ -161,14 +183,20 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       switch (st.kind) {
         case kind::send:
         case kind::recv:
+        case kind::write:
+        case kind::notify:
           if (!post(id)) to_post_.push_back(id);
           break;
         case kind::recv_reduce:
           state_[id].ready = true;
           if (state_[id].arrived) reduce_staged(id);
           break;
-        case kind::wait:  // count 0: a join of its dependencies
-          complete(id);
+        case kind::wait:  // count 0: a join of its dependencies; else flags from peers
+          state_[id].ready = true;
+          if (st.count == 0 || flags_[st.tag] >= st.count) {
+            state_[id].arrived = true;
+            complete(id);
+          }
           break;
         default:
           run_local_step(op_, st, mem_, plan_->desc.size);
@@ -190,6 +218,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   /// Posts a send or receive; false on back-pressure (-FI_EAGAIN).
   bool post(schedule::step_id id) {
     const schedule::step& st = step_at(id);
+    if (schedule::is_one_sided(st.kind)) return post_write(id);
     if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes()) return inject(id);
     fabric_request* r = ep_->acquire(this, id);
     const std::uint64_t tag =
@@ -213,8 +242,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     }
     if (ret != 0) {
       ep_->release(r);
-      fail(is_peer_loss(static_cast<int>(ret)) ? errc::peer_lost : errc::transport,
-           describe(context(id), explain_fabric_call(call, ret, ep_->provider())));
+      fail_post(id, call, ret);
       return true;
     }
     state_[id].request = r;
@@ -228,12 +256,99 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
                                        wire::data_tag(plan_->rank, sig_.sequence, st.tag));
     if (ret == -FI_EAGAIN) return false;
     if (ret != 0) {
-      fail(is_peer_loss(static_cast<int>(ret)) ? errc::peer_lost : errc::transport,
-           describe(context(id), explain_fabric_call("fi_tinjectdata", ret, ep_->provider())));
+      fail_post(id, "fi_tinjectdata", ret);
       return true;
     }
     complete(id);
     return true;
+  }
+
+  // ---- one-sided steps -------------------------------------------------------------
+
+  /// The call's output and scratch live in this rank's half of the window, output first:
+  /// a writer finds any region of its target from its own schedule, since every rank's
+  /// output has the same size.
+  void use_window() {
+    const std::size_t need = scratch_offset() + plan_->scratch_bytes;
+    if (ep_->window_half_bytes() < need)
+      throw error(errc::invalid_argument,
+                  "transport::fabric: a one-sided call needs " + std::to_string(need) +
+                      " bytes of RMA window but each half has " + std::to_string(ep_->window_half_bytes()) +
+                      " (MIMATRIX_WINDOW_BYTES); lower the schedule (schedule::lower_one_sided) or enlarge the window");
+    half_ = ep_->begin_one_sided(this);
+    mem_.output = ep_->window().half(half_);
+    mem_.scratch = mem_.output + scratch_offset();
+    digest_ = wire::digest(packed_);
+  }
+
+  std::size_t scratch_offset() const { return (plan_->desc.output_bytes() + 63) / 64 * 64; }
+
+  /// A write (or a notify: a write of nothing) into the peer's window, raising its flag.
+  bool post_write(schedule::step_id id) {
+    const schedule::step& st = step_at(id);
+    const std::size_t bytes = st.kind == kind::write ? st.src.bytes : 0;
+    const std::size_t offset = st.kind == kind::write ? (st.dst.where == schedule::buffer::scratch ? scratch_offset() : 0) + st.dst.offset : 0;
+    const std::byte* src = bytes ? mem_.read(st.src) : nullptr;
+    fabric_request* r = ep_->acquire(this, id);
+    const window_announcement& target = ep_->peer_window(st.peer);
+    const ssize_t ret = fi_writedata(ep_->ep(), src, bytes,
+                                     bytes ? ep_->registrations().descriptor(src, bytes) : nullptr,
+                                     wire::flag_data(plan_->rank, sig_.sequence, st.tag, digest_), ep_->address(st.peer),
+                                     rma_window::remote_address(target, half_, offset), target.key, &r->ctx);
+    if (ret == -FI_EAGAIN) {
+      ep_->release(r);
+      return false;
+    }
+    if (ret != 0) {
+      ep_->release(r);
+      fail_post(id, "fi_writedata", ret);
+      return true;
+    }
+    state_[id].request = r;
+    return true;
+  }
+
+  /// Counts the flags peers raised for this call; a flag from another call's signature
+  /// means the writer runs another call (its data landed only in this rank's window).
+  bool take_flags() {
+    bool changed = false;
+    std::string odd;
+    ep_->take_flags(static_cast<std::uint32_t>(sig_.sequence) & wire::sequence_mask, [&](const wire::flag& f) {
+      changed = true;
+      if (f.digest != digest_) {
+        if (odd.empty()) odd = "rank " + std::to_string(f.writer) + " wrote to this rank for a call other than " + to_string(sig_);
+        return;
+      }
+      ++flags_[f.tag];
+    });
+    if (!odd.empty()) {
+      fail(errc::mismatch, describe(stuck_context(), odd));
+      return true;
+    }
+    if (changed)
+      for (std::size_t i = 0; i < state_.size(); ++i) {
+        const schedule::step& st = plan_->steps[i];
+        if (st.kind == kind::wait && st.count > 0 && state_[i].ready && !state_[i].arrived && flags_[st.tag] >= st.count) {
+          state_[i].arrived = true;
+          complete(static_cast<schedule::step_id>(i));
+        }
+      }
+    return changed;
+  }
+
+  /// A post the provider refused. Providers name a dead peer's connection in their own
+  /// words (rxm: -FI_EOTHER), so unless the code says so, a liveness probe decides.
+  void fail_post(schedule::step_id id, const char* call, ssize_t ret) {
+    const int peer = step_at(id).peer;
+    const std::string what = explain_fabric_call(call, ret, ep_->provider());
+    if (is_peer_loss(static_cast<int>(ret)))
+      return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) + " is unreachable (" + what + ")"));
+    const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout_));
+    if (std::find(silent.begin(), silent.end(), peer) != silent.end())
+      return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) +
+                                                             " is unreachable: it did not answer a liveness probe after " +
+                                                             what));
+    fail(errc::transport, describe(context(id), what));
   }
 
   // ---- completions (called from the endpoint's progress) ------------------------------
@@ -243,7 +358,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     state_[id].request = nullptr;
     ep_->release(&r);
     const schedule::step& st = step_at(id);
-    if (st.kind == kind::send) return complete(id);
+    if (st.kind == kind::send || schedule::is_one_sided(st.kind)) return complete(id);
     if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
       return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " runs " +
                                                             to_string(wire::unpack(e.data, sig_.sequence)) +
@@ -272,6 +387,9 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
                                             " bytes where " + std::to_string(st.dst.bytes) + " were expected (" +
                                             to_string(sig_) + ")"));
     const std::string what = std::string(schedule::to_string(st.kind)) + " failed: " + ep_->explain(e);
+    if (schedule::is_one_sided(st.kind) && code == FI_EINVAL)
+      return fail(errc::transport, describe(context(id), what + " (the peer's window may be smaller: set "
+                                                               "MIMATRIX_WINDOW_BYTES alike on every rank)"));
     // Our own cancels never reach here (the request is orphaned first), so a cancel or an
     // I/O error on a peer's message means the provider gave up on that peer.
     if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code))
@@ -336,8 +454,19 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   }
 
   std::string stuck_reason() const {
+    std::string s = waiting_for();
+    if (!to_post_.empty())
+      s += "; " + std::to_string(to_post_.size()) + " post(s) held back by the provider (-FI_EAGAIN), first step " +
+           std::to_string(to_post_.front()) + " to rank " + std::to_string(step_at(to_post_.front()).peer);
+    return s;
+  }
+
+  std::string waiting_for() const {
     for (std::size_t i = 0; i < state_.size(); ++i) {
       const schedule::step& st = plan_->steps[i];
+      if (st.kind == kind::wait && st.count > 0 && !state_[i].arrived)
+        return "waiting for one-sided writes (flag " + std::to_string(st.tag) + "): " + std::to_string(flags_[st.tag]) +
+               " of " + std::to_string(st.count) + " arrived";
       if (st.kind == kind::recv_reduce && !state_[i].arrived)
         return "waiting for data from rank " + std::to_string(st.peer) + " (recv_reduce, tag " +
                std::to_string(st.tag) + ")";
@@ -395,6 +524,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
 
   /// Returns the call's memory to the endpoint; the call touches none of it afterwards.
   void give_back_memory() {
+    if (one_sided_) ep_->end_one_sided(this);
     if (ep_->orphans())
       ep_->retire_workspace(std::move(ws_));
     else
@@ -410,6 +540,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   clock::time_point deadline_, probe_at_;
   std::unique_ptr<fabric_workspace> ws_;
   host_buffers mem_;
+  std::byte* user_output_;
+  bool one_sided_ = false;  // runs writes and waits over the RMA window
+  std::size_t half_ = 0;      // the window half this call uses
+  std::uint32_t digest_ = 0;  // of the signature, as flags carry it
   std::byte* staging_ = nullptr;
   // The workspace's parts, by name (valid until give_back_memory()).
   std::vector<std::uint32_t>& pending_ = ws_->pending;
@@ -418,6 +552,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::vector<schedule::step_id>& to_post_ = ws_->to_post;
   std::vector<schedule::step_id>& reduces_ = ws_->reduces;  // the recv_reduce steps, in schedule order
   std::vector<std::size_t>& free_slots_ = ws_->free_slots;
+  std::vector<std::uint32_t>& flags_ = ws_->flags;  // arrived flags of this call, by tag
   std::size_t next_reduce_ = 0;  // the first of reduces_ without a slot
   std::size_t slot_bytes_ = 0;
   std::size_t completed_ = 0;

@@ -25,8 +25,8 @@ namespace mimatrix::transport::detail {
 /// Used by the one thread that drives its endpoint.
 class registration_cache {
  public:
-  registration_cache(fid_domain* domain, std::string provider, bool required)
-      : domain_(domain), provider_(std::move(provider)), required_(required) {}
+  registration_cache(fid_domain* domain, std::string provider, bool required, std::uint64_t access)
+      : domain_(domain), provider_(std::move(provider)), required_(required), access_(access) {}
   registration_cache(const registration_cache&) = delete;
   registration_cache& operator=(const registration_cache&) = delete;
   ~registration_cache() { clear(); }
@@ -53,7 +53,7 @@ class registration_cache {
     const std::uintptr_t first = begin & ~(page - 1), last = (end + page - 1) & ~(page - 1);
     fid_mr* mr = nullptr;
     // Keys must be unique in the domain unless the provider picks them (FI_MR_PROV_KEY).
-    check_fabric_call(fi_mr_reg(domain_, reinterpret_cast<void*>(first), last - first, FI_SEND | FI_RECV, 0,
+    check_fabric_call(fi_mr_reg(domain_, reinterpret_cast<void*>(first), last - first, access_, 0,
                                 ++next_key_, 0, &mr, nullptr),
                       "fi_mr_reg", provider_);
     ++registrations_;
@@ -84,6 +84,7 @@ class registration_cache {
   fid_domain* domain_;
   std::string provider_;
   bool required_;
+  std::uint64_t access_;  // FI_SEND | FI_RECV, and FI_WRITE when buffers are RMA sources
   std::map<std::uintptr_t, entry> entries_;
   std::vector<fid_mr*> retired_;
   std::size_t registrations_ = 0, hits_ = 0;

@@ -56,6 +56,41 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence) {
   return s;
 }
 
+/// The remote CQ data of a one-sided write, the flag it raises at the target:
+///   [63..44] writer rank | [43..29] call sequence mod 2^15 | [28..24] flag tag |
+///   [23..0] a digest of the call's signature.
+/// A flag whose digest differs from the target's own tells it the writer runs another call.
+constexpr int flag_tag_bits = 5;
+constexpr std::uint32_t max_flag_tag = (1u << flag_tag_bits) - 1;
+constexpr int digest_bits = 24;
+
+inline std::uint32_t digest(std::uint64_t packed_signature) {
+  return static_cast<std::uint32_t>((packed_signature * 0x9E3779B97F4A7C15ull) >> (64 - digest_bits));
+}
+
+struct flag {
+  int writer = 0;
+  std::uint32_t sequence = 0;  // mod 2^15
+  std::uint32_t tag = 0;
+  std::uint32_t digest = 0;
+};
+
+constexpr std::uint32_t sequence_mask = (1u << sequence_bits) - 1;
+
+inline std::uint64_t flag_data(int writer, std::uint64_t sequence, std::uint32_t tag, std::uint32_t sig_digest) {
+  return (std::uint64_t(writer) << 44) | (std::uint64_t(sequence & sequence_mask) << 29) |
+         (std::uint64_t(tag & max_flag_tag) << digest_bits) | sig_digest;
+}
+inline flag read_flag(std::uint64_t data) {
+  return {int(data >> 44), std::uint32_t(data >> 29) & sequence_mask, std::uint32_t(data >> digest_bits) & max_flag_tag,
+          std::uint32_t(data) & ((1u << digest_bits) - 1)};
+}
+/// Whether call `a` (mod 2^15) came before call `b`: within half the sequence space behind it.
+inline bool earlier(std::uint32_t a, std::uint32_t b) {
+  const std::uint32_t behind = (b - a) & sequence_mask;
+  return behind != 0 && behind < (1u << (sequence_bits - 1));
+}
+
 enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3 };
 
 /// A control message: a fixed header and, for abort, the failure's text.
