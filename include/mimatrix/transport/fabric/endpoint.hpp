@@ -31,6 +31,7 @@
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/registration_cache.hpp"
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
@@ -44,6 +45,7 @@ struct fabric_settings {
   bool register_always = false;
   std::size_t staging_bytes = std::size_t(1) << 20;
   std::size_t window_bytes = std::size_t(128) << 20;  // each half; 0: no RMA window
+  int mailbox = -1;  // small messages between local ranks through shared memory: 1, 0, -1 for shm only
 };
 
 class fabric_call;
@@ -99,6 +101,8 @@ struct fabric_step_state {
   std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
   bool arrived = false;               // recv_reduce: the data is in staging
   bool ready = false;                 // recv_reduce: its dependencies are done
+  bool mailbox = false;               // moves through the shared-memory mailbox
+  bool polling = false;               // a mailbox receive looked for in every round
 };
 
 /// A call's bookkeeping and memory (scratch, staging), kept by the endpoint across calls
@@ -111,6 +115,7 @@ struct fabric_workspace {
   std::vector<std::uint32_t> reduces;      // the recv_reduce steps, in schedule order
   std::vector<std::size_t> free_slots;
   std::vector<std::uint32_t> flags;        // one-sided calls: flags arrived, by tag
+  std::vector<std::uint32_t> polls;        // mailbox receives whose dependencies are done
 };
 
 struct fabric_failure {
@@ -131,6 +136,8 @@ class fabric_endpoint {
       open();
       exchange_addresses();
       exchange_windows();
+      if (settings_.mailbox == 1 || (settings_.mailbox < 0 && provider_ == "shm"))
+        mailboxes_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_, settings_.startup_timeout);
       for (int k = 0; k < control_receives; ++k) post_control_receive(acquire(nullptr, 0));
       bootstrap::barrier(*store_, prefix_ + "ready", size_, settings_.startup_timeout);
     } catch (...) {
@@ -163,6 +170,9 @@ class fabric_endpoint {
 
   /// Whether data messages carry the call's signature as remote CQ data.
   bool carries_signature() const { return carries_signature_; }
+
+  /// The shared-memory mailboxes to ranks on this host (nullptr: none).
+  local_mailboxes* mailboxes() { return mailboxes_.get(); }
 
   // ---- one-sided calls over the RMA window ---------------------------------------
 
@@ -240,6 +250,7 @@ class fabric_endpoint {
     w->to_post.clear();
     w->reduces.clear();
     w->free_slots.clear();
+    w->polls.clear();
     return w;
   }
   void give_workspace(std::unique_ptr<fabric_workspace> w) {
@@ -571,6 +582,7 @@ class fabric_endpoint {
     if (ep_) fi_close(&ep_->fid);
     mr_.reset();
     window_.reset();
+    mailboxes_.reset();
     if (av_) fi_close(&av_->fid);
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
@@ -596,6 +608,7 @@ class fabric_endpoint {
   fid_ep* ep_ = nullptr;
   std::unique_ptr<registration_cache> mr_;
   std::unique_ptr<rma_window> window_;
+  std::unique_ptr<local_mailboxes> mailboxes_;
   std::vector<window_announcement> peer_windows_;
   std::size_t window_half_bytes_ = 0;
   fabric_call* one_sided_current_ = nullptr;

@@ -75,6 +75,11 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       if (schedule::is_communication(st.kind) && st.tag > wire::max_tag)
         throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
                                                 " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
+      if (mailboxes_ && schedule::is_communication(st.kind) && st.bytes() <= local_mailboxes::payload_bytes &&
+          mailboxes_->reaches(st.peer)) {
+        state_[i].mailbox = true;  // both ends decide alike: same bytes, same host
+        continue;
+      }
       if (st.kind == kind::recv_reduce) {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
@@ -87,6 +92,12 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     slot_bytes_ = slot_bytes;
     staging_ = ws_->staging.reserve(std::min(slots, reduces_.size()) * slot_bytes);
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
+    if (mailboxes_ && ep_->any_failure()) {  // late messages of failed calls
+      const auto now = static_cast<std::uint32_t>(sig_.sequence) & wire::sequence_mask;
+      mailboxes_->discard_if(-1, [&](std::uint64_t tag) {
+        return wire::earlier(static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits), now);
+      });
+    }
     if (one_sided_)
       use_window();
     else
@@ -161,6 +172,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     bool changed = ep_->progress();
     if (phase_ != phase::running) return true;
     if (one_sided_) changed |= take_flags();
+    if (!polls_.empty()) changed |= poll_mailboxes();
     if (phase_ != phase::running) return true;
     changed |= post_queued();
     changed |= start_ready();
@@ -189,7 +201,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
           break;
         case kind::recv_reduce:
           state_[id].ready = true;
-          if (state_[id].arrived) reduce_staged(id);
+          if (state_[id].mailbox)
+            poll_later(id);
+          else if (state_[id].arrived)
+            reduce_staged(id);
           break;
         case kind::wait:  // count 0: a join of its dependencies; else flags from peers
           state_[id].ready = true;
@@ -219,6 +234,14 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   bool post(schedule::step_id id) {
     const schedule::step& st = step_at(id);
     if (schedule::is_one_sided(st.kind)) return post_write(id);
+    if (state_[id].mailbox) {
+      if (st.kind != kind::send) return poll_later(id), true;
+      if (!mailboxes_->try_send(st.peer, wire::data_tag(plan_->rank, sig_.sequence, st.tag), packed_,
+                                mem_.read(st.src), st.src.bytes))
+        return false;  // the ring is full: back-pressure
+      complete(id);
+      return true;
+    }
     if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes()) return inject(id);
     fabric_request* r = ep_->acquire(this, id);
     const std::uint64_t tag =
@@ -261,6 +284,51 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     }
     complete(id);
     return true;
+  }
+
+  // ---- the shared-memory mailbox (small messages between ranks on this host) ----------
+
+  void poll_later(schedule::step_id id) {
+    state_[id].polling = true;
+    polls_.push_back(id);
+  }
+
+  /// Takes what arrived for the receives whose dependencies are done.
+  bool poll_mailboxes() {
+    alignas(64) std::byte landed[local_mailboxes::payload_bytes];
+    bool changed = false;
+    for (std::size_t k = 0; k < polls_.size() && phase_ == phase::running;) {
+      const schedule::step_id id = polls_[k];
+      const schedule::step& st = step_at(id);
+      std::byte* into = st.kind == kind::recv ? mem_.write(st.dst) : landed;
+      std::size_t bytes = 0;
+      std::uint64_t data = 0;
+      if (!mailboxes_->try_receive(st.peer, wire::data_tag(st.peer, sig_.sequence, st.tag), into, st.dst.bytes, &bytes,
+                                   &data)) {
+        ++k;
+        continue;
+      }
+      polls_[k] = polls_.back();
+      polls_.pop_back();
+      changed = true;
+      state_[id].polling = false;
+      if (data != packed_)
+        return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " runs " +
+                                                              to_string(wire::unpack(data, sig_.sequence)) +
+                                                              " but this rank runs " + to_string(sig_))),
+               true;
+      if (bytes != st.dst.bytes)
+        return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
+                                                              std::to_string(bytes) + " bytes where " +
+                                                              std::to_string(st.dst.bytes) + " were expected (" +
+                                                              to_string(sig_) + ")")),
+               true;
+      if (st.kind == kind::recv_reduce)
+        combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), landed, st.dst.bytes);
+      state_[id].arrived = true;
+      complete(id);
+    }
+    return changed;
   }
 
   // ---- one-sided steps -------------------------------------------------------------
@@ -470,6 +538,9 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       if (st.kind == kind::recv_reduce && !state_[i].arrived)
         return "waiting for data from rank " + std::to_string(st.peer) + " (recv_reduce, tag " +
                std::to_string(st.tag) + ")";
+      if (state_[i].polling)
+        return "waiting for data from rank " + std::to_string(st.peer) + " (" + std::string(schedule::to_string(st.kind)) +
+               " through shared memory, tag " + std::to_string(st.tag) + ")";
       if (st.kind == kind::recv && state_[i].request)
         return "waiting for data from rank " + std::to_string(st.peer) + " (recv, tag " + std::to_string(st.tag) + ")";
     }
@@ -510,6 +581,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     phase_ = phase::failed;
     ec_ = make_error_code(code);
     message_ = std::move(message);
+    if (mailboxes_) {  // this call's messages still waiting would only fill the rings
+      const std::uint64_t mine = wire::data_tag(0, sig_.sequence, 0) & call_bits;
+      mailboxes_->discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
+    }
     for (auto& s : state_) {
       if (!s.request) continue;
       fi_cancel(&ep_->ep()->fid, &s.request->ctx);
@@ -553,6 +628,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::vector<schedule::step_id>& reduces_ = ws_->reduces;  // the recv_reduce steps, in schedule order
   std::vector<std::size_t>& free_slots_ = ws_->free_slots;
   std::vector<std::uint32_t>& flags_ = ws_->flags;  // arrived flags of this call, by tag
+  std::vector<schedule::step_id>& polls_ = ws_->polls;
+  local_mailboxes* mailboxes_ = ep_->mailboxes();
+  /// The sequence bits of a data tag.
+  static constexpr std::uint64_t call_bits = wire::data_tag(0, wire::sequence_mask, 0);
   std::size_t next_reduce_ = 0;  // the first of reduces_ without a slot
   std::size_t slot_bytes_ = 0;
   std::size_t completed_ = 0;

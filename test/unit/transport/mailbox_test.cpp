@@ -1,0 +1,457 @@
+// Tests of transport/fabric/mailbox.hpp: exact round trips, receive by tag in any order,
+// back-pressure, truncation, discarding, threads and forked processes as ranks, ranks on
+// other hosts, failures that name their call, and an empty /dev/shm after construction.
+#include "mimatrix/transport/fabric/mailbox.hpp"
+
+#include <gtest/gtest.h>
+
+#include "mimatrix/bootstrap/file_store.hpp"
+#include "mimatrix/bootstrap/memory_store.hpp"
+#include "support/bytes.hpp"
+#include "support/grid.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+using namespace std::chrono_literals;
+using mimatrix::errc;
+using mimatrix::bootstrap::memory_store;
+using mimatrix::transport::detail::local_mailboxes;
+using mailboxes = std::vector<std::unique_ptr<local_mailboxes>>;
+
+constexpr std::size_t slots = local_mailboxes::slots;
+constexpr std::size_t payload_bytes = local_mailboxes::payload_bytes;
+
+/// A prefix no other test (or concurrent run) uses; its segments' names start with
+/// "mimatrix-mb-" and the prefix with '/' as '_'.
+std::string fresh_prefix() {
+  static std::atomic<int> n{0};
+  return "mbtest-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + "/";
+}
+
+/// The entries of /dev/shm that segments made under `prefix` would have.
+std::vector<std::string> segments_left(const std::string& prefix) {
+  std::string start = "mimatrix-mb-" + prefix;
+  std::replace(start.begin(), start.end(), '/', '_');
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().starts_with(start)) found.push_back(e.path().filename().string());
+  return found;
+}
+
+/// Constructs `size` ranks' mailboxes, one thread each (construction is collective), and
+/// hands them all back; `hosts[r]`, when given, overrides rank r's host identity.
+mailboxes make_world(mimatrix::bootstrap::store& store, int size, const std::string& prefix,
+                     std::vector<std::string> hosts = {}) {
+  hosts.resize(std::size_t(size));
+  mailboxes world(static_cast<std::size_t>(size));
+  std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < size; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        world[std::size_t(r)] = std::make_unique<local_mailboxes>(r, size, store, prefix, 10s, hosts[std::size_t(r)]);
+      } catch (...) {
+        failures[std::size_t(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
+  return world;
+}
+
+std::vector<std::byte> random_bytes(mimatrix::test::random_stream& rng, std::size_t n) {
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = std::byte(rng.next());
+  return v;
+}
+
+/// Receives from `peer` with `tag`, waiting (up to 10 s) for it to come.
+bool receive_waiting(local_mailboxes& m, int peer, std::uint64_t tag, void* dst, std::size_t capacity,
+                     std::size_t* bytes, std::uint64_t* data) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (unsigned spins = 0;; ++spins) {
+    if (m.try_receive(peer, tag, dst, capacity, bytes, data)) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (spins % 64 == 63) std::this_thread::yield();  // the machine may have fewer cores than ranks
+  }
+}
+
+void send_waiting(local_mailboxes& m, int peer, std::uint64_t tag, std::uint64_t data, const void* src,
+                  std::size_t bytes) {
+  for (unsigned spins = 0; !m.try_send(peer, tag, data, src, bytes); ++spins)
+    if (spins % 64 == 63) std::this_thread::yield();
+}
+
+TEST(local_mailboxes, every_size_round_trips_exactly_both_ways) {
+  memory_store store;
+  const auto prefix = fresh_prefix();
+  auto world = make_world(store, 2, prefix);
+  EXPECT_TRUE(segments_left(prefix).empty());
+  EXPECT_TRUE(world[0]->reaches(1));
+  EXPECT_TRUE(world[1]->reaches(0));
+  EXPECT_FALSE(world[0]->reaches(0));
+  EXPECT_EQ(world[0]->local_ranks(), (std::vector<int>{0, 1}));
+  mimatrix::test::random_stream rng{mimatrix::test::run_seed()};
+  for (const std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(8), std::size_t(63), std::size_t(64),
+                              std::size_t(65), std::size_t(511), payload_bytes}) {
+    for (int from = 0; from < 2; ++from) {
+      const int to = 1 - from;
+      const auto sent = random_bytes(rng, n);
+      const std::uint64_t tag = rng.next(), data = rng.next();
+      ASSERT_TRUE(world[std::size_t(from)]->try_send(to, tag, data, sent.data(), n));
+      std::vector<std::byte> got(payload_bytes, std::byte{0xee});
+      std::size_t bytes = 12345;
+      std::uint64_t got_data = 0;
+      EXPECT_FALSE(world[std::size_t(to)]->try_receive(from, tag ^ 1, got.data(), got.size(), &bytes, &got_data));
+      ASSERT_TRUE(world[std::size_t(to)]->try_receive(from, tag, got.data(), got.size(), &bytes, &got_data));
+      EXPECT_EQ(bytes, n);
+      EXPECT_EQ(got_data, data);
+      EXPECT_TRUE(std::equal(sent.begin(), sent.end(), got.begin())) << n << " bytes from " << from;
+      if (n < payload_bytes) {
+        EXPECT_EQ(got[n], std::byte{0xee}) << "wrote past " << n << " bytes";
+      }
+      EXPECT_FALSE(world[std::size_t(to)]->try_receive(from, tag, got.data(), got.size(), &bytes, &got_data))
+          << "taken twice";
+    }
+  }
+}
+
+TEST(local_mailboxes, messages_are_taken_by_tag_in_any_order_and_equal_tags_in_send_order) {
+  memory_store store;
+  auto world = make_world(store, 2, fresh_prefix());
+  auto& a = *world[0];
+  auto& b = *world[1];
+  // Move the sender's cursor near the ring's end, so later sends wrap around it.
+  for (std::uint64_t i = 0; i < slots - 3; ++i) {
+    ASSERT_TRUE(a.try_send(1, 99, i, &i, sizeof i));
+    std::uint64_t v = 0, d = 0;
+    std::size_t n = 0;
+    ASSERT_TRUE(b.try_receive(0, 99, &v, sizeof v, &n, &d));
+  }
+  // Tags 0..9, each twice: (tag, first) then (tag, second).
+  for (std::uint64_t round = 0; round < 2; ++round)
+    for (std::uint64_t tag = 0; tag < 10; ++tag) {
+      const std::uint64_t value = tag * 100 + round;
+      ASSERT_TRUE(a.try_send(1, tag, round, &value, sizeof value));
+    }
+  for (std::uint64_t tag = 10; tag-- > 0;)
+    for (std::uint64_t round = 0; round < 2; ++round) {
+      std::uint64_t value = 0, data = 7;
+      std::size_t n = 0;
+      ASSERT_TRUE(b.try_receive(0, tag, &value, sizeof value, &n, &data)) << "tag " << tag;
+      EXPECT_EQ(n, sizeof value);
+      EXPECT_EQ(data, round) << "tag " << tag << ": equal tags must come in send order";
+      EXPECT_EQ(value, tag * 100 + round);
+    }
+  std::uint64_t value = 0, data = 0;
+  std::size_t n = 0;
+  EXPECT_FALSE(b.try_receive(0, 3, &value, sizeof value, &n, &data));
+}
+
+TEST(local_mailboxes, a_full_ring_refuses_until_a_receive_frees_a_slot) {
+  memory_store store;
+  auto world = make_world(store, 2, fresh_prefix());
+  auto& a = *world[0];
+  auto& b = *world[1];
+  for (std::uint64_t i = 0; i < slots; ++i) ASSERT_TRUE(a.try_send(1, i, i * 3, &i, sizeof i)) << i;
+  const std::uint64_t extra = 1000;
+  EXPECT_FALSE(a.try_send(1, extra, 0, &extra, sizeof extra));
+  EXPECT_FALSE(a.try_send(1, extra, 0, &extra, sizeof extra)) << "still full";
+  // The other direction has its own ring.
+  EXPECT_TRUE(b.try_send(0, 5, 5, &extra, sizeof extra));
+  std::uint64_t v = 0, d = 0;
+  std::size_t n = 0;
+  ASSERT_TRUE(b.try_receive(0, 17, &v, sizeof v, &n, &d));
+  EXPECT_EQ(v, 17u);
+  EXPECT_EQ(d, 51u);
+  EXPECT_TRUE(a.try_send(1, extra, 42, &extra, sizeof extra));
+  EXPECT_FALSE(a.try_send(1, extra + 1, 0, &extra, sizeof extra));
+  for (std::uint64_t i = 0; i < slots; ++i) {
+    if (i == 17) continue;
+    ASSERT_TRUE(b.try_receive(0, i, &v, sizeof v, &n, &d)) << i;
+    EXPECT_EQ(v, i);
+    EXPECT_EQ(d, i * 3);
+  }
+  ASSERT_TRUE(b.try_receive(0, extra, &v, sizeof v, &n, &d));
+  EXPECT_EQ(v, extra);
+  EXPECT_EQ(d, 42u);
+  for (std::uint64_t i = 0; i < slots; ++i) EXPECT_TRUE(a.try_send(1, i, 0, nullptr, 0)) << "emptied: " << i;
+}
+
+TEST(local_mailboxes, a_short_receive_reports_the_length_sent_and_writes_no_further) {
+  memory_store store;
+  auto world = make_world(store, 2, fresh_prefix());
+  std::array<std::uint8_t, 300> sent{};
+  for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = std::uint8_t(i * 7 + 1);
+  ASSERT_TRUE(world[1]->try_send(0, 8, 9, sent.data(), sent.size()));
+  std::array<std::uint8_t, 64> got{};
+  got.fill(0xaa);
+  std::size_t n = 0;
+  std::uint64_t d = 0;
+  ASSERT_TRUE(world[0]->try_receive(1, 8, got.data(), 10, &n, &d));
+  EXPECT_EQ(n, sent.size());
+  EXPECT_EQ(d, 9u);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(got[i], sent[i]) << i;
+  for (std::size_t i = 10; i < got.size(); ++i) EXPECT_EQ(got[i], 0xaa) << i;
+  // A zero-capacity receive still takes the message.
+  ASSERT_TRUE(world[1]->try_send(0, 8, 10, sent.data(), 5));
+  ASSERT_TRUE(world[0]->try_receive(1, 8, nullptr, 0, &n, &d));
+  EXPECT_EQ(n, 5u);
+  EXPECT_EQ(d, 10u);
+}
+
+TEST(local_mailboxes, discard_if_frees_the_matching_slots_of_one_peer_or_all) {
+  memory_store store;
+  auto world = make_world(store, 3, fresh_prefix());
+  for (int from : {1, 2})
+    for (std::uint64_t i = 0; i < slots; ++i) ASSERT_TRUE(world[std::size_t(from)]->try_send(0, i, i, &i, sizeof i));
+  auto& z = *world[0];
+  EXPECT_EQ(z.discard_if(1, [](std::uint64_t tag) { return tag % 2 == 0; }), slots / 2);
+  EXPECT_EQ(z.discard_if(1, [](std::uint64_t tag) { return tag % 2 == 0; }), 0u) << "already gone";
+  std::uint64_t v = 0, d = 0;
+  std::size_t n = 0;
+  EXPECT_FALSE(z.try_receive(1, 4, &v, sizeof v, &n, &d));
+  ASSERT_TRUE(z.try_receive(1, 5, &v, sizeof v, &n, &d));
+  EXPECT_EQ(v, 5u);
+  ASSERT_TRUE(z.try_receive(2, 4, &v, sizeof v, &n, &d)) << "rank 2's ring untouched";
+  EXPECT_EQ(v, 4u);
+  // The freed slots take new messages: 16 discarded + 1 received.
+  for (std::size_t i = 0; i < slots / 2 + 1; ++i) ASSERT_TRUE(world[1]->try_send(0, 1000 + i, 0, nullptr, 0)) << i;
+  EXPECT_FALSE(world[1]->try_send(0, 2000, 0, nullptr, 0));
+  // peer < 0: every peer (rank 1's ring full again, rank 2's less the one received).
+  EXPECT_EQ(z.discard_if(-1, [](std::uint64_t) { return true; }), slots + (slots - 1));
+  EXPECT_FALSE(z.try_receive(1, 1000, &v, sizeof v, &n, &d));
+  for (int from : {1, 2})
+    for (std::uint64_t i = 0; i < slots; ++i) EXPECT_TRUE(world[std::size_t(from)]->try_send(0, i, 0, nullptr, 0));
+}
+
+TEST(local_mailboxes, every_pair_of_five_ranks_has_its_own_ring) {
+  memory_store store;
+  const int p = 5;
+  const auto prefix = fresh_prefix();
+  auto world = make_world(store, p, prefix);
+  EXPECT_TRUE(segments_left(prefix).empty());
+  // Fill every ring, then read everything back: rings that overlapped would mix senders.
+  for (int from = 0; from < p; ++from)
+    for (int to = 0; to < p; ++to) {
+      if (to == from) continue;
+      for (std::uint64_t i = 0; i < slots; ++i) {
+        const std::uint64_t value = std::uint64_t(from) << 32 | std::uint64_t(to) << 16 | i;
+        ASSERT_TRUE(world[std::size_t(from)]->try_send(to, i, value, &value, sizeof value));
+      }
+      EXPECT_FALSE(world[std::size_t(from)]->try_send(to, 0, 0, nullptr, 0));
+    }
+  for (int to = 0; to < p; ++to)
+    for (int from = 0; from < p; ++from) {
+      if (to == from) continue;
+      for (std::uint64_t i = slots; i-- > 0;) {
+        const std::uint64_t expected = std::uint64_t(from) << 32 | std::uint64_t(to) << 16 | i;
+        std::uint64_t v = 0, d = 0;
+        std::size_t n = 0;
+        ASSERT_TRUE(world[std::size_t(to)]->try_receive(from, i, &v, sizeof v, &n, &d));
+        EXPECT_EQ(v, expected);
+        EXPECT_EQ(d, expected);
+      }
+    }
+}
+
+TEST(local_mailboxes, threads_ping_pong_and_stream_with_exact_sequence) {
+  memory_store store;
+  auto world = make_world(store, 2, fresh_prefix());
+  constexpr std::uint64_t messages = 100000;
+  // Ping-pong: rank 0 sends i, rank 1 answers i + 1; sizes and tags vary with i.
+  auto ping = [&](int me) {
+    auto& m = *world[std::size_t(me)];
+    const int peer = 1 - me;
+    std::array<std::uint64_t, 8> buffer{};
+    for (std::uint64_t i = 0; i < messages; ++i) {
+      const std::size_t words = 1 + i % buffer.size();
+      const std::uint64_t tag = i % 3;
+      if (me == 0) {
+        buffer.fill(i);
+        send_waiting(m, peer, tag, i, buffer.data(), words * 8);
+      }
+      std::size_t n = 0;
+      std::uint64_t d = 0;
+      buffer.fill(~0ull);
+      ASSERT_TRUE(receive_waiting(m, peer, tag, buffer.data(), sizeof buffer, &n, &d)) << "rank " << me << " #" << i;
+      ASSERT_EQ(n, words * 8) << i;
+      ASSERT_EQ(d, i + std::uint64_t(me == 0)) << i;
+      for (std::size_t w = 0; w < words; ++w) ASSERT_EQ(buffer[w], i + std::uint64_t(me == 0)) << i;
+      if (me == 1) {
+        buffer.fill(i + 1);
+        send_waiting(m, peer, tag, i + 1, buffer.data(), words * 8);
+      }
+    }
+  };
+  std::thread other(ping, 1);
+  ping(0);
+  other.join();
+  // Streaming: rank 0 sends as fast as the ring allows, so it is often full.
+  std::thread receiver([&] {
+    for (std::uint64_t i = 0; i < messages; ++i) {
+      std::uint64_t v = 0, d = 0;
+      std::size_t n = 0;
+      ASSERT_TRUE(receive_waiting(*world[1], 0, 5, &v, sizeof v, &n, &d)) << i;
+      ASSERT_EQ(v, i);
+      ASSERT_EQ(d, ~i);
+    }
+  });
+  for (std::uint64_t i = 0; i < messages; ++i) send_waiting(*world[0], 1, 5, ~i, &i, sizeof i);
+  receiver.join();
+}
+
+TEST(local_mailboxes, a_rank_on_another_host_is_not_reached) {
+  memory_store store;
+  const auto prefix = fresh_prefix();
+  auto world = make_world(store, 4, prefix, {"", "elsewhere", "", "elsewhere-too"});
+  EXPECT_TRUE(world[0]->reaches(2));
+  EXPECT_TRUE(world[2]->reaches(0));
+  EXPECT_FALSE(world[0]->reaches(1));
+  EXPECT_FALSE(world[0]->reaches(3));
+  EXPECT_FALSE(world[0]->reaches(4)) << "out of range";
+  EXPECT_FALSE(world[0]->reaches(-1));
+  EXPECT_FALSE(world[1]->reaches(0));
+  EXPECT_FALSE(world[1]->reaches(3)) << "another host each";
+  EXPECT_EQ(world[0]->local_ranks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(world[1]->local_ranks(), (std::vector<int>{1}));
+  EXPECT_EQ(world[1]->discard_if(-1, [](std::uint64_t) { return true; }), 0u);
+  try {
+    (void)world[0]->try_send(1, 0, 0, nullptr, 0);
+    FAIL() << "sent to another host";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("peer 1"), std::string::npos) << e.what();
+  }
+  std::uint64_t v = 42;
+  ASSERT_TRUE(world[2]->try_send(0, 1, 2, &v, sizeof v));
+  std::size_t n = 0;
+  std::uint64_t d = 0;
+  v = 0;
+  ASSERT_TRUE(world[0]->try_receive(2, 1, &v, sizeof v, &n, &d));
+  EXPECT_EQ(v, 42u);
+  EXPECT_TRUE(segments_left(prefix).empty());
+}
+
+TEST(local_mailboxes, a_message_larger_than_a_slot_is_refused) {
+  memory_store store;
+  auto world = make_world(store, 2, fresh_prefix());
+  std::vector<std::byte> big(payload_bytes + 1);
+  try {
+    (void)world[0]->try_send(1, 0, 0, big.data(), big.size());
+    FAIL() << "sent " << big.size() << " bytes";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(payload_bytes + 1) + " bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(local_mailboxes, a_peer_segment_that_cannot_be_opened_is_named_and_nothing_leaks) {
+  memory_store store;
+  const auto prefix = fresh_prefix();
+  // Rank 1 is played by the test: same host, and a segment name that does not exist.
+  const std::string missing = "/mimatrix-mb-" + prefix.substr(0, prefix.size() - 1) + "_missing";
+  store.set(prefix + "mailbox/host/1", mimatrix::test::bytes("host-x"));
+  store.set(prefix + "mailbox/segment/1", mimatrix::test::bytes(missing));
+  try {
+    local_mailboxes m(0, 2, store, prefix, 2s, "host-x");
+    FAIL() << "mapped a segment that does not exist";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::transport);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("peer 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("shm_open('" + missing + "')"), std::string::npos) << what;
+    EXPECT_NE(what.find("No such file or directory"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(segments_left(prefix).empty()) << "its own segment was unlinked";
+}
+
+TEST(local_mailboxes, a_rank_that_never_comes_times_out) {
+  memory_store store;
+  const auto prefix = fresh_prefix();
+  try {
+    local_mailboxes m(0, 2, store, prefix, 150ms);
+    FAIL() << "constructed without rank 1";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::timeout);
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(segments_left(prefix).empty());
+}
+
+TEST(local_mailboxes, forked_processes_exchange_through_shared_memory) {
+  std::string dir = (std::filesystem::temp_directory_path() / "mimatrix-mailbox-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const auto prefix = fresh_prefix();
+  constexpr std::uint64_t messages = mimatrix::test::quick ? 2000 : 20000;
+  // Rank 1 echoes each message back with every word incremented, and the data negated.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 0;
+    try {
+      mimatrix::bootstrap::file_store store(dir);
+      local_mailboxes m(1, 2, store, prefix, 10s);
+      if (!m.reaches(0)) ::_exit(2);
+      std::array<std::uint64_t, 64> buffer{};
+      for (std::uint64_t i = 0; i < messages && code == 0; ++i) {
+        std::size_t n = 0;
+        std::uint64_t d = 0;
+        if (!receive_waiting(m, 0, i, buffer.data(), sizeof buffer, &n, &d)) code = 3;
+        else if (d != i || n != 8 * (1 + i % 64)) code = 4;
+        if (code) break;
+        for (std::size_t w = 0; w < n / 8; ++w) buffer[w] += 1;
+        send_waiting(m, 0, i, ~d, buffer.data(), n);
+      }
+    } catch (...) {
+      code = 1;
+    }
+    ::_exit(code);
+  }
+  std::uint64_t mismatches = 0;
+  {
+    mimatrix::bootstrap::file_store store(dir);
+    local_mailboxes m(0, 2, store, prefix, 10s);
+    EXPECT_TRUE(m.reaches(1));
+    std::array<std::uint64_t, 64> buffer{};
+    for (std::uint64_t i = 0; i < messages; ++i) {
+      const std::size_t words = 1 + i % 64;
+      for (std::size_t w = 0; w < words; ++w) buffer[w] = i * 1000 + w;
+      send_waiting(m, 1, i, i, buffer.data(), words * 8);
+      std::size_t n = 0;
+      std::uint64_t d = 0;
+      buffer.fill(0);
+      ASSERT_TRUE(receive_waiting(m, 1, i, buffer.data(), sizeof buffer, &n, &d)) << i;
+      ASSERT_EQ(n, words * 8) << i;
+      ASSERT_EQ(d, ~i) << i;
+      for (std::size_t w = 0; w < words; ++w) mismatches += buffer[w] != i * 1000 + w + 1;
+    }
+    // The child unlinked its name before its first echo, this rank before returning.
+    EXPECT_TRUE(segments_left(prefix).empty());
+  }
+  EXPECT_EQ(mismatches, 0u);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
