@@ -287,6 +287,7 @@ class fabric_endpoint {
 
   /// The failure another rank (or this one) announced for call `sequence`, if any.
   const fabric_failure* failure(std::uint64_t sequence) const {
+    if (failures_.empty()) return nullptr;  // the common case, checked every round
     auto it = failures_.find(sequence);
     return it == failures_.end() ? nullptr : &it->second;
   }
