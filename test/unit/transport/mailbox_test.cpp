@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,10 +95,16 @@ bool receive_waiting(local_mailboxes& m, int peer, std::uint64_t tag, void* dst,
   }
 }
 
-void send_waiting(local_mailboxes& m, int peer, std::uint64_t tag, std::uint64_t data, const void* src,
-                  std::size_t bytes) {
-  for (unsigned spins = 0; !m.try_send(peer, tag, data, src, bytes); ++spins)
-    if (spins % 64 == 63) std::this_thread::yield();
+/// False when the ring stays full for 10 s (the receiver stopped): a failure, not a hang.
+[[nodiscard]] bool send_waiting(local_mailboxes& m, int peer, std::uint64_t tag, std::uint64_t data, const void* src,
+                                std::size_t bytes) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (unsigned spins = 0; !m.try_send(peer, tag, data, src, bytes); ++spins) {
+    if (spins % 64 != 63) continue;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();  // the machine may have fewer cores than ranks
+  }
+  return true;
 }
 
 TEST(local_mailboxes, every_size_round_trips_exactly_both_ways) {
@@ -286,7 +294,7 @@ TEST(local_mailboxes, threads_ping_pong_and_stream_with_exact_sequence) {
       const std::uint64_t tag = i % 3;
       if (me == 0) {
         buffer.fill(i);
-        send_waiting(m, peer, tag, i, buffer.data(), words * 8);
+        ASSERT_TRUE(send_waiting(m, peer, tag, i, buffer.data(), words * 8)) << "rank 0 #" << i;
       }
       std::size_t n = 0;
       std::uint64_t d = 0;
@@ -297,7 +305,7 @@ TEST(local_mailboxes, threads_ping_pong_and_stream_with_exact_sequence) {
       for (std::size_t w = 0; w < words; ++w) ASSERT_EQ(buffer[w], i + std::uint64_t(me == 0)) << i;
       if (me == 1) {
         buffer.fill(i + 1);
-        send_waiting(m, peer, tag, i + 1, buffer.data(), words * 8);
+        ASSERT_TRUE(send_waiting(m, peer, tag, i + 1, buffer.data(), words * 8)) << "rank 1 #" << i;
       }
     }
   };
@@ -314,8 +322,57 @@ TEST(local_mailboxes, threads_ping_pong_and_stream_with_exact_sequence) {
       ASSERT_EQ(d, ~i);
     }
   });
-  for (std::uint64_t i = 0; i < messages; ++i) send_waiting(*world[0], 1, 5, ~i, &i, sizeof i);
+  for (std::uint64_t i = 0; i < messages; ++i)
+    if (!send_waiting(*world[0], 1, 5, ~i, &i, sizeof i)) {
+      ADD_FAILURE() << "the receiver stopped taking messages before #" << i;
+      break;
+    }
   receiver.join();
+}
+
+/// Pins the calling thread to `cpu`.
+void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof set, &set), 0);
+}
+
+// A receive scans the ring slot by slot, so a receiver preempted mid-scan may resume after
+// the sender has refilled slots it already passed; it must still take the earliest
+// message. Both threads share one CPU and the receiver never yields, so the scheduler's
+// tick lands mid-scan (CI once saw message 25147 overtaken by 25169 under ASan).
+TEST(local_mailboxes, a_receiver_preempted_mid_scan_still_takes_messages_in_send_order) {
+  memory_store store;
+  auto world = make_world(store, 2, fresh_prefix());
+  const int cpu = ::sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  constexpr std::uint64_t messages = 6000;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  std::atomic<bool> stop{false};
+  std::uint64_t wrong_at = messages, wrong_value = 0;
+  std::thread receiver([&] {
+    pin_to(cpu);
+    for (std::uint64_t i = 0; i < messages && !stop; ++i) {
+      std::uint64_t v = 0, d = 0;
+      std::size_t n = 0;
+      for (unsigned spins = 0; !world[1]->try_receive(0, 5, &v, sizeof v, &n, &d); ++spins)
+        if (spins % 4096 == 0 && (stop || std::chrono::steady_clock::now() > deadline)) return;
+      if (v != i) {
+        wrong_at = i;
+        wrong_value = v;
+        stop = true;
+      }
+    }
+    stop = true;
+  });
+  pin_to(cpu);
+  std::uint64_t sent = 0;
+  for (; sent < messages && !stop; ++sent)
+    while (!world[0]->try_send(1, 5, 0, &sent, sizeof sent) && !stop) std::this_thread::yield();
+  receiver.join();
+  EXPECT_EQ(wrong_at, messages) << "message " << wrong_at << " was overtaken by " << wrong_value;
+  EXPECT_EQ(sent, messages) << "the receiver stopped early (deadline)";
 }
 
 TEST(local_mailboxes, a_rank_on_another_host_is_not_reached) {
@@ -419,7 +476,7 @@ TEST(local_mailboxes, forked_processes_exchange_through_shared_memory) {
         else if (d != i || n != 8 * (1 + i % 64)) code = 4;
         if (code) break;
         for (std::size_t w = 0; w < n / 8; ++w) buffer[w] += 1;
-        send_waiting(m, 0, i, ~d, buffer.data(), n);
+        if (!send_waiting(m, 0, i, ~d, buffer.data(), n)) code = 5;
       }
     } catch (...) {
       code = 1;
@@ -435,7 +492,7 @@ TEST(local_mailboxes, forked_processes_exchange_through_shared_memory) {
     for (std::uint64_t i = 0; i < messages; ++i) {
       const std::size_t words = 1 + i % 64;
       for (std::size_t w = 0; w < words; ++w) buffer[w] = i * 1000 + w;
-      send_waiting(m, 1, i, i, buffer.data(), words * 8);
+      ASSERT_TRUE(send_waiting(m, 1, i, i, buffer.data(), words * 8)) << i;
       std::size_t n = 0;
       std::uint64_t d = 0;
       buffer.fill(0);

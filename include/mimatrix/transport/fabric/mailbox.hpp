@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <new>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -155,17 +157,16 @@ class local_mailboxes {
       throw error(errc::invalid_argument,
                   describe({.rank = rank_, .peer = peer, .operation = "mailbox receive"}, "the peer is not on this host"));
     ring& r = *inbound_[std::size_t(local_index_[std::size_t(peer)])];
-    std::size_t best = slots;
-    std::uint16_t best_stamp = 0;
-    for (std::size_t i = 0; i < slots; ++i) {
-      const std::uint16_t s = r.stamp[i].load(std::memory_order_acquire);
-      // Stamps wrap: the signed difference orders them unless a message has waited
-      // behind 2^15 later ones.
-      if (s != 0 && r.slot[i].tag == tag && (best == slots || std::int16_t(std::uint16_t(s - best_stamp)) < 0)) {
-        best = i;
-        best_stamp = s;
+    // A scan is no snapshot: a slot it found free may be filled, while it goes on, with a
+    // message older than the one it picks. Once the pick's stamp is acquired every older
+    // message is visible, so only the slots found free before the pick need a second look.
+    slot_mask free_before = 0;
+    auto [best, best_stamp] = earliest(r, tag, all_slots, &free_before);
+    if (best < slots)
+      if (const slot_mask again = free_before & ((slot_mask{1} << best) - 1)) {
+        const auto [older, older_stamp] = earliest(r, tag, again, nullptr);
+        if (older < slots && stamp_before(older_stamp, best_stamp)) best = older;
       }
-    }
     if (best == slots) return false;
     const slot_type& m = r.slot[best];
     const std::size_t sent = static_cast<std::size_t>(m.bytes);
@@ -261,6 +262,33 @@ class local_mailboxes {
   static mapping_registry& registry() {
     static mapping_registry instance;
     return instance;
+  }
+
+  using slot_mask = std::uint64_t;
+  static_assert(slots <= 64, "A slot_mask holds one bit a slot.");
+  static constexpr slot_mask all_slots = slots == 64 ? ~slot_mask{0} : (slot_mask{1} << slots) - 1;
+
+  /// Stamps wrap: the signed difference orders them unless a message has waited behind
+  /// 2^15 later ones.
+  static bool stamp_before(std::uint16_t a, std::uint16_t b) { return std::int16_t(std::uint16_t(a - b)) < 0; }
+
+  /// The slot among `which` holding the earliest message with `tag` (slots when none) and
+  /// its stamp, scanning in index order; adds the slots found free to `*free_seen`.
+  static std::pair<std::size_t, std::uint16_t> earliest(ring& r, std::uint64_t tag, slot_mask which,
+                                                        slot_mask* free_seen) {
+    std::size_t best = slots;
+    std::uint16_t best_stamp = 0;
+    for (; which; which &= which - 1) {
+      const auto i = static_cast<std::size_t>(std::countr_zero(which));
+      const std::uint16_t s = r.stamp[i].load(std::memory_order_acquire);
+      if (s == 0) {
+        if (free_seen) *free_seen |= slot_mask{1} << i;
+      } else if (r.slot[i].tag == tag && (best == slots || stamp_before(s, best_stamp))) {
+        best = i;
+        best_stamp = s;
+      }
+    }
+    return {best, best_stamp};
   }
 
   struct sender {
