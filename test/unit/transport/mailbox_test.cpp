@@ -1,6 +1,7 @@
 // Tests of transport/fabric/mailbox.hpp: exact round trips, receive by tag in any order,
-// back-pressure, truncation, discarding, threads and forked processes as ranks, ranks on
-// other hosts, failures that name their call, and an empty /dev/shm after construction.
+// back-pressure and the messages set aside, truncation, discarding, threads and forked
+// processes as ranks, ranks on other hosts, failures that name their call, and an empty
+// /dev/shm after construction.
 #include "mimatrix/transport/fabric/mailbox.hpp"
 
 #include <gtest/gtest.h>
@@ -173,7 +174,7 @@ TEST(local_mailboxes, messages_are_taken_by_tag_in_any_order_and_equal_tags_in_s
   EXPECT_FALSE(b.try_receive(0, 3, &value, sizeof value, &n, &data));
 }
 
-TEST(local_mailboxes, a_full_ring_refuses_until_a_receive_frees_a_slot) {
+TEST(local_mailboxes, a_full_ring_refuses_until_a_receive_frees_the_slots_up_to_its_message) {
   memory_store store;
   auto world = make_world(store, 2, fresh_prefix());
   auto& a = *world[0];
@@ -186,20 +187,32 @@ TEST(local_mailboxes, a_full_ring_refuses_until_a_receive_frees_a_slot) {
   EXPECT_TRUE(b.try_send(0, 5, 5, &extra, sizeof extra));
   std::uint64_t v = 0, d = 0;
   std::size_t n = 0;
+  // Taking message 17 sets 0..16 aside on the receiver and frees their 18 slots.
   ASSERT_TRUE(b.try_receive(0, 17, &v, sizeof v, &n, &d));
   EXPECT_EQ(v, 17u);
   EXPECT_EQ(d, 51u);
-  EXPECT_TRUE(a.try_send(1, extra, 42, &extra, sizeof extra));
-  EXPECT_FALSE(a.try_send(1, extra + 1, 0, &extra, sizeof extra));
+  for (std::uint64_t i = 0; i < 18; ++i) ASSERT_TRUE(a.try_send(1, extra + i, 42 + i, &i, sizeof i)) << i;
+  EXPECT_FALSE(a.try_send(1, extra + 18, 0, &extra, sizeof extra));
+  // Looking for a message not sent sets the whole ring aside: nothing blocks the sender.
+  EXPECT_FALSE(b.try_receive(0, 5000, &v, sizeof v, &n, &d)) << "not sent";
+  for (std::uint64_t i = 0; i < slots; ++i) ASSERT_TRUE(a.try_send(1, 2000 + i, 0, nullptr, 0)) << i;
+  EXPECT_FALSE(a.try_send(1, 3000, 0, nullptr, 0));
   for (std::uint64_t i = 0; i < slots; ++i) {
     if (i == 17) continue;
     ASSERT_TRUE(b.try_receive(0, i, &v, sizeof v, &n, &d)) << i;
     EXPECT_EQ(v, i);
     EXPECT_EQ(d, i * 3);
   }
-  ASSERT_TRUE(b.try_receive(0, extra, &v, sizeof v, &n, &d));
-  EXPECT_EQ(v, extra);
-  EXPECT_EQ(d, 42u);
+  for (std::uint64_t i = 0; i < 18; ++i) {
+    ASSERT_TRUE(b.try_receive(0, extra + i, &v, sizeof v, &n, &d)) << i;
+    EXPECT_EQ(v, i);
+    EXPECT_EQ(d, 42 + i);
+  }
+  for (std::uint64_t i = 0; i < slots; ++i) {
+    ASSERT_TRUE(b.try_receive(0, 2000 + i, &v, sizeof v, &n, &d)) << i;
+    EXPECT_EQ(n, 0u);
+  }
+  EXPECT_FALSE(b.try_receive(0, 0, &v, sizeof v, &n, &d)) << "all taken";
   for (std::uint64_t i = 0; i < slots; ++i) EXPECT_TRUE(a.try_send(1, i, 0, nullptr, 0)) << "emptied: " << i;
 }
 
@@ -225,7 +238,7 @@ TEST(local_mailboxes, a_short_receive_reports_the_length_sent_and_writes_no_furt
   EXPECT_EQ(d, 10u);
 }
 
-TEST(local_mailboxes, discard_if_frees_the_matching_slots_of_one_peer_or_all) {
+TEST(local_mailboxes, discard_if_drops_the_matching_messages_of_one_peer_or_all_and_empties_their_rings) {
   memory_store store;
   auto world = make_world(store, 3, fresh_prefix());
   for (int from : {1, 2})
@@ -238,14 +251,18 @@ TEST(local_mailboxes, discard_if_frees_the_matching_slots_of_one_peer_or_all) {
   EXPECT_FALSE(z.try_receive(1, 4, &v, sizeof v, &n, &d));
   ASSERT_TRUE(z.try_receive(1, 5, &v, sizeof v, &n, &d));
   EXPECT_EQ(v, 5u);
-  ASSERT_TRUE(z.try_receive(2, 4, &v, sizeof v, &n, &d)) << "rank 2's ring untouched";
+  ASSERT_TRUE(z.try_receive(2, 4, &v, sizeof v, &n, &d)) << "rank 2's messages untouched";
   EXPECT_EQ(v, 4u);
-  // The freed slots take new messages: 16 discarded + 1 received.
-  for (std::size_t i = 0; i < slots / 2 + 1; ++i) ASSERT_TRUE(world[1]->try_send(0, 1000 + i, 0, nullptr, 0)) << i;
+  // Rank 1's ring is empty (its odd messages wait on rank 0's side): a whole ring fits.
+  for (std::size_t i = 0; i < slots; ++i) ASSERT_TRUE(world[1]->try_send(0, 1000 + i, 0, nullptr, 0)) << i;
   EXPECT_FALSE(world[1]->try_send(0, 2000, 0, nullptr, 0));
-  // peer < 0: every peer (rank 1's ring full again, rank 2's less the one received).
-  EXPECT_EQ(z.discard_if(-1, [](std::uint64_t) { return true; }), slots + (slots - 1));
+  // The kept messages still come in order, before the later ones.
+  ASSERT_TRUE(z.try_receive(1, 7, &v, sizeof v, &n, &d));
+  EXPECT_EQ(v, 7u);
+  // peer < 0: every peer. Rank 1: 32 in the ring + 14 odd kept; rank 2: 31 (4 was taken).
+  EXPECT_EQ(z.discard_if(-1, [](std::uint64_t) { return true; }), slots + (slots / 2 - 2) + (slots - 1));
   EXPECT_FALSE(z.try_receive(1, 1000, &v, sizeof v, &n, &d));
+  EXPECT_FALSE(z.try_receive(1, 9, &v, sizeof v, &n, &d));
   for (int from : {1, 2})
     for (std::uint64_t i = 0; i < slots; ++i) EXPECT_TRUE(world[std::size_t(from)]->try_send(0, i, 0, nullptr, 0));
 }

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -19,7 +18,6 @@
 #include <new>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -39,12 +37,15 @@ namespace mimatrix::transport::detail {
 /// Each rank owns one POSIX shared-memory segment holding a ring for every rank of its
 /// host (layout [from local rank][slot]); a peer sends by writing into the ring for it in
 /// the receiver's segment. A ring has one producer (the sender) and one consumer (the
-/// receiver) and no locks: each slot's 16-bit stamp, 0 when the slot is free, hands the
-/// slot over. The sender writes tag, data, length and payload, then release-stores the
-/// stamp (its message counter, never 0); the receiver acquire-loads it, copies out, then
-/// release-stores 0. The stamps of a ring share one cache line, so a receiver's scan
-/// reads that line and the first line of each full slot (its tag); the stamps also order
-/// messages of equal tag, which are received in the order they were sent.
+/// receiver), no locks, and is strictly first in, first out, like OpenMPI vader's fast
+/// boxes: message k goes to slot k mod `slots`, whose sequence word (0 when free) shares
+/// a cache line with the header and the first 32 payload bytes, so a small message moves
+/// one line and a receiver polls one line. The sender writes header and payload, then
+/// release-stores k + 1; the receiver acquire-loads the word of the slot it expects next,
+/// copies out, then release-stores 0. Receives are by tag: messages of other tags that
+/// stand ahead of the one wanted move to this rank's own memory (the unexpected queue of
+/// MPI implementations), so that equal tags are taken in send order and a ring never
+/// stays blocked by a message nobody asks for yet.
 ///
 /// Rendezvous keys, under `prefix`: `mailbox/host/<rank>` (all-gathered host identity),
 /// `mailbox/segment/<rank>` (the segment's name, set once it exists; local ranks only),
@@ -89,7 +90,8 @@ class local_mailboxes {
       inbound_.resize(locals_.size());
       outbound_.resize(locals_.size());
       for (std::size_t i = 0; i < locals_.size(); ++i) {
-        inbound_[i] = ring_at(segments_[0]->base, i);
+        inbound_[i].from = ring_at(segments_[0]->base, i);
+        inbound_[i].unexpected.reserve(slots);
         if (i == me) continue;
         const int peer = locals_[i];
         // A name is published once its segment exists: waiting for it is the first barrier.
@@ -118,8 +120,9 @@ class local_mailboxes {
     return peer != rank_ && peer >= 0 && peer < size_ && local_index_[std::size_t(peer)] >= 0;
   }
 
-  /// Copies `bytes` (at most payload_bytes) into a free slot of the ring to `peer`, with a
-  /// match tag and 64 bits of immediate data. False when the ring is full: retry later.
+  /// Copies `bytes` (at most payload_bytes) into the next slot of the ring to `peer`, with
+  /// a match tag and 64 bits of immediate data. False when that slot is still taken (the
+  /// ring is full): retry later.
   [[nodiscard]] bool try_send(int peer, std::uint64_t tag, std::uint64_t data, const void* src, std::size_t bytes) {
     if (!reaches(peer) || bytes > payload_bytes)
       throw error(errc::invalid_argument,
@@ -127,23 +130,13 @@ class local_mailboxes {
                            reaches(peer) ? "more than the " + std::to_string(payload_bytes) + " bytes a slot holds"
                                          : "the peer is not on this host"));
     sender& out = outbound_[std::size_t(local_index_[std::size_t(peer)])];
-    ring& r = *out.to;
-    // Round-robin first: with a consumer keeping up, the next slot is the free one.
-    std::size_t i = out.cursor;
-    if (r.stamp[i].load(std::memory_order_acquire) != 0) {
-      std::size_t k = 1;
-      for (; k < slots; ++k)
-        if (r.stamp[(i + k) % slots].load(std::memory_order_acquire) == 0) break;
-      if (k == slots) return false;
-      i = (i + k) % slots;
-    }
-    r.slot[i].tag = tag;
-    r.slot[i].data = data;
-    r.slot[i].bytes = bytes;
-    if (bytes) std::memcpy(r.slot[i].payload, src, bytes);
-    r.stamp[i].store(out.next, std::memory_order_release);
-    out.next = static_cast<std::uint16_t>(out.next + 1 == 0x10000 ? 1 : out.next + 1);
-    out.cursor = (i + 1) % slots;
+    slot_type& slot = out.to->slot[out.sent % slots];
+    if (slot.sequence.load(std::memory_order_acquire) != 0) return false;
+    slot.tag = tag;
+    slot.data = data;
+    slot.bytes = bytes;
+    if (bytes) std::memcpy(slot.payload, src, bytes);
+    slot.sequence.store(++out.sent, std::memory_order_release);
     return true;
   }
 
@@ -156,30 +149,31 @@ class local_mailboxes {
     if (!reaches(peer))
       throw error(errc::invalid_argument,
                   describe({.rank = rank_, .peer = peer, .operation = "mailbox receive"}, "the peer is not on this host"));
-    ring& r = *inbound_[std::size_t(local_index_[std::size_t(peer)])];
-    // A scan is no snapshot: a slot it found free may be filled, while it goes on, with a
-    // message older than the one it picks. Once the pick's stamp is acquired every older
-    // message is visible, so only the slots found free before the pick need a second look.
-    slot_mask free_before = 0;
-    auto [best, best_stamp] = earliest(r, tag, all_slots, &free_before);
-    if (best < slots)
-      if (const slot_mask again = free_before & ((slot_mask{1} << best) - 1)) {
-        const auto [older, older_stamp] = earliest(r, tag, again, nullptr);
-        if (older < slots && stamp_before(older_stamp, best_stamp)) best = older;
+    receiver& in = inbound_[std::size_t(local_index_[std::size_t(peer)])];
+    // Messages set aside earlier came before any still in the ring.
+    for (auto it = in.unexpected.begin(); it != in.unexpected.end(); ++it)
+      if (it->tag == tag) {
+        deliver(it->bytes, it->data, it->payload, dst, capacity, bytes, data);
+        in.unexpected.erase(it);
+        return true;
       }
-    if (best == slots) return false;
-    const slot_type& m = r.slot[best];
-    const std::size_t sent = static_cast<std::size_t>(m.bytes);
-    *bytes = sent;
-    *data = m.data;
-    // The length comes from another process: never copy past the slot.
-    if (const std::size_t n = std::min({sent, capacity, payload_bytes}); n) std::memcpy(dst, m.payload, n);
-    r.stamp[best].store(0, std::memory_order_release);
-    return true;
+    // At most one ring's worth a call, so that a fast sender cannot keep it here.
+    for (std::size_t k = 0; k < slots; ++k) {
+      slot_type* slot = arrived(in, peer);
+      if (!slot) return false;
+      if (slot->tag == tag) {
+        deliver(slot->bytes, slot->data, slot->payload, dst, capacity, bytes, data);
+        release(in, *slot);
+        return true;
+      }
+      set_aside(in, *slot);
+    }
+    return false;
   }
 
   /// Frees every message waiting from `peer` (every local peer when `peer` < 0) whose tag
   /// satisfies `pred(tag)`, so that a failed call's late messages do not fill the rings.
+  /// Empties those rings (the other messages are kept, in order, in this rank's memory).
   /// Returns how many it freed.
   template <class Pred>
   std::size_t discard_if(int peer, Pred pred) {
@@ -187,12 +181,11 @@ class local_mailboxes {
     for (std::size_t i = 0; i < inbound_.size(); ++i) {
       const int from = locals_[i];
       if (from == rank_ || (peer >= 0 && from != peer)) continue;
-      ring& r = *inbound_[i];
-      for (std::size_t k = 0; k < slots; ++k) {
-        if (r.stamp[k].load(std::memory_order_acquire) == 0 || !pred(r.slot[k].tag)) continue;
-        r.stamp[k].store(0, std::memory_order_release);
-        ++freed;
-      }
+      receiver& in = inbound_[i];
+      while (slot_type* slot = arrived(in, from)) set_aside(in, *slot);
+      const auto before = in.unexpected.size();
+      std::erase_if(in.unexpected, [&](const held& m) { return pred(m.tag); });
+      freed += before - in.unexpected.size();
     }
     return freed;
   }
@@ -217,21 +210,28 @@ class local_mailboxes {
   }
 
  private:
-  // The header shares the payload's first cache line: an 8-byte message is one line.
+  // The sequence word and header share the payload's first cache line: a message of up
+  // to 32 bytes is one line.
   struct alignas(64) slot_type {
+    std::atomic<std::uint64_t> sequence;  // 0: free; else the message's number, from 1
     std::uint64_t tag;
     std::uint64_t data;
     std::uint64_t bytes;
     std::byte payload[payload_bytes];
   };
-  struct alignas(64) ring {
-    std::atomic<std::uint16_t> stamp[slots];  // 0: free; else the sender's message counter
+  struct ring {
     slot_type slot[slots];
   };
-  static_assert(std::atomic<std::uint16_t>::is_always_lock_free,
-                "Shared-memory mailboxes need lock-free (address-free) 16-bit atomics.");
-  static_assert(sizeof(ring::stamp) <= 64, "A ring's stamps should fit one cache line.");
+  static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+                "Shared-memory mailboxes need lock-free (address-free) 64-bit atomics.");
+  static_assert(offsetof(slot_type, payload) == 32, "A slot's first line should hold 32 payload bytes.");
   static_assert(payload_bytes % 64 == 0 && sizeof(ring) % 64 == 0);
+
+  /// A message taken out of the ring ahead of its receive.
+  struct held {
+    std::uint64_t tag, data, bytes;
+    std::byte payload[payload_bytes];
+  };
 
   static constexpr std::uint64_t magic = 0x6d696d6174726978;  // "mimatrix"
   struct alignas(64) segment_header {
@@ -264,38 +264,52 @@ class local_mailboxes {
     return instance;
   }
 
-  using slot_mask = std::uint64_t;
-  static_assert(slots <= 64, "A slot_mask holds one bit a slot.");
-  static constexpr slot_mask all_slots = slots == 64 ? ~slot_mask{0} : (slot_mask{1} << slots) - 1;
-
-  /// Stamps wrap: the signed difference orders them unless a message has waited behind
-  /// 2^15 later ones.
-  static bool stamp_before(std::uint16_t a, std::uint16_t b) { return std::int16_t(std::uint16_t(a - b)) < 0; }
-
-  /// The slot among `which` holding the earliest message with `tag` (slots when none) and
-  /// its stamp, scanning in index order; adds the slots found free to `*free_seen`.
-  static std::pair<std::size_t, std::uint16_t> earliest(ring& r, std::uint64_t tag, slot_mask which,
-                                                        slot_mask* free_seen) {
-    std::size_t best = slots;
-    std::uint16_t best_stamp = 0;
-    for (; which; which &= which - 1) {
-      const auto i = static_cast<std::size_t>(std::countr_zero(which));
-      const std::uint16_t s = r.stamp[i].load(std::memory_order_acquire);
-      if (s == 0) {
-        if (free_seen) *free_seen |= slot_mask{1} << i;
-      } else if (r.slot[i].tag == tag && (best == slots || stamp_before(s, best_stamp))) {
-        best = i;
-        best_stamp = s;
-      }
-    }
-    return {best, best_stamp};
-  }
-
   struct sender {
     ring* to = nullptr;
-    std::size_t cursor = 0;
-    std::uint16_t next = 1;
+    std::uint64_t sent = 0;  // messages sent: the next goes to slot sent % slots
   };
+  struct receiver {
+    ring* from = nullptr;
+    std::uint64_t taken = 0;     // messages taken out of the ring
+    std::vector<held> unexpected;  // in arrival order
+  };
+
+  /// The next message of `in`'s ring, or null when it has not arrived.
+  slot_type* arrived(receiver& in, int peer) const {
+    slot_type& slot = in.from->slot[in.taken % slots];
+    const std::uint64_t s = slot.sequence.load(std::memory_order_acquire);
+    if (s == 0) return nullptr;
+    if (s != in.taken + 1)  // only a foreign write into the segment gets here
+      throw error(errc::transport, describe({.rank = rank_, .peer = peer, .operation = "mailbox receive"},
+                                            "slot " + std::to_string(in.taken % slots) + " holds message " +
+                                                std::to_string(s) + " where " + std::to_string(in.taken + 1) +
+                                                " was expected: the shared ring is corrupt"));
+    return &slot;
+  }
+
+  static void release(receiver& in, slot_type& slot) {
+    slot.sequence.store(0, std::memory_order_release);
+    ++in.taken;
+  }
+
+  static void set_aside(receiver& in, slot_type& slot) {
+    held& m = in.unexpected.emplace_back();
+    m.tag = slot.tag;
+    m.data = slot.data;
+    m.bytes = slot.bytes;
+    if (const std::size_t n = std::min<std::size_t>(m.bytes, payload_bytes)) std::memcpy(m.payload, slot.payload, n);
+    release(in, slot);
+  }
+
+  /// Hands a message to the caller. The length comes from another process: never copy
+  /// past a slot.
+  static void deliver(std::uint64_t sent, std::uint64_t data, const std::byte* payload, void* dst, std::size_t capacity,
+                      std::size_t* bytes, std::uint64_t* data_out) {
+    *bytes = static_cast<std::size_t>(sent);
+    *data_out = data;
+    if (const std::size_t n = std::min({static_cast<std::size_t>(sent), capacity, payload_bytes}))
+      std::memcpy(dst, payload, n);
+  }
 
   static std::size_t segment_bytes(std::size_t rings) { return sizeof(segment_header) + rings * sizeof(ring); }
   static ring* ring_at(std::byte* base, std::size_t index) {
@@ -335,7 +349,7 @@ class local_mailboxes {
       fail(-1, "posix_fallocate('" + own_name_ + "', " + std::to_string(bytes) + ")", e);
     auto m = map_fd(fd.get(), own_name_, bytes, -1);
     new (m->base) segment_header{magic, locals_.size()};
-    for (std::size_t i = 0; i < locals_.size(); ++i) new (ring_at(m->base, i)) ring;  // stamps 0: all free
+    for (std::size_t i = 0; i < locals_.size(); ++i) new (ring_at(m->base, i)) ring;  // sequences 0: all free
     segments_.push_back(std::move(m));
   }
 
@@ -394,7 +408,7 @@ class local_mailboxes {
   std::vector<int> local_index_;  // per rank: its index among this host's ranks, or -1
   std::vector<int> locals_;       // this host's ranks, in rank order
   std::vector<std::shared_ptr<mapping>> segments_;  // [0]: this rank's own
-  std::vector<ring*> inbound_;    // per local index: the ring from that rank, in our segment
+  std::vector<receiver> inbound_;  // per local index: the ring from that rank, in our segment
   std::vector<sender> outbound_;  // per local index: the ring to that rank, in its segment
   std::string own_name_;
   bool created_ = false;
