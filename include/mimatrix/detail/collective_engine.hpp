@@ -112,11 +112,23 @@ class collective_engine {
     }
   };
 
+  using plan_key = std::tuple<schedule::collective, std::size_t, std::size_t, int>;
+
   const plans& plan_for(const schedule::descriptor& d) {
     const auto key = std::make_tuple(d.kind, d.count, d.elem_size, d.root);
-    if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-    if (plans_.size() >= max_cached_plans) plans_.clear();
-    return plans_.emplace(key, build(d)).first->second;
+    if (last_ && key == last_key_) return *last_;  // training repeats one size
+    if (auto it = plans_.find(key); it != plans_.end()) return remember(key, it->second);
+    if (plans_.size() >= max_cached_plans) {
+      plans_.clear();
+      last_ = nullptr;
+    }
+    return remember(key, plans_.emplace(key, build(d)).first->second);
+  }
+
+  const plans& remember(const plan_key& key, const plans& p) {
+    last_key_ = key;
+    last_ = &p;
+    return p;
   }
 
   /// Lowering needs every rank's schedule (a wait's receives come from its writers).
@@ -147,7 +159,9 @@ class collective_engine {
   communicator<Transport>& comm_;
   Topology topo_;
   Algorithm algo_;
-  std::map<std::tuple<schedule::collective, std::size_t, std::size_t, int>, plans> plans_;
+  std::map<plan_key, plans> plans_;
+  plan_key last_key_{};
+  const plans* last_ = nullptr;  // the entry of the last call (map nodes do not move)
 };
 
 }  // namespace mimatrix::detail

@@ -49,10 +49,6 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         packed_(wire::pack(sig)),
         op_(op),
         timeout_(timeout),
-        deadline_(clock::now() + timeout),
-        // Probe peers' liveness a little before the deadline, so a lost rank is named
-        // within it.
-        probe_at_(deadline_ - 2 * probe_grace(timeout)),
         ws_(ep_->take_workspace()),
         mem_{input, output, nullptr},
         user_output_(output) {
@@ -60,7 +56,6 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     const std::size_t n = steps.size();
     pending_.resize(n);
     state_.assign(n, fabric_step_state{});
-    flags_.assign(wire::max_flag_tag + 1, 0);
     std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
@@ -347,6 +342,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
                   "transport::fabric: a one-sided call needs " + std::to_string(need) +
                       " bytes of RMA window but each half has " + std::to_string(ep_->window_half_bytes()) +
                       " (MIMATRIX_WINDOW_BYTES); lower the schedule (schedule::lower_one_sided) or enlarge the window");
+    flags_.assign(wire::max_flag_tag + 1, 0);
     half_ = ep_->begin_one_sided(this);
     mem_.output = ep_->window().half(half_);
     mem_.scratch = mem_.output + scratch_offset();
@@ -501,8 +497,17 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
 
   // ---- deadlines and failures ---------------------------------------------------------
 
+  /// The deadline counts from the call's first wait, not its start: on this kind of VM a
+  /// clock read costs a tenth of a small call, which most often never waits.
   void check_time() {
     const auto now = clock::now();
+    if (!clock_started_) {
+      clock_started_ = true;
+      deadline_ = now + timeout_;
+      // Probe peers' liveness a little before the deadline, so a lost rank is named
+      // within it.
+      probe_at_ = deadline_ - 2 * probe_grace(timeout_);
+    }
     if (!probed_ && now >= probe_at_) {
       probed_ = true;
       const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout_));
@@ -646,6 +651,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::size_t in_flight_ = 0;  // this call's posted libfabric operations
   std::uint32_t rounds_ = 0;
   bool probed_ = false;
+  bool clock_started_ = false;
   phase phase_ = phase::running;
   std::error_code ec_;
   std::string message_;
