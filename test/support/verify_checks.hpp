@@ -27,7 +27,8 @@ void expect_proved(const Algorithm& algo, const Topology& topo, const schedule::
                    const std::string& context = {}) {
   const auto group = build_group(algo, topo, d);
   std::string chunk;
-  if constexpr (requires { algo.tuning().chunk_bytes; }) chunk = " chunk=" + std::to_string(algo.tuning().chunk_bytes);
+  if constexpr (requires { algo.tuning().chunk_bytes; })
+    chunk = " chunk=" + std::to_string(algorithm::chunk_bytes_of(algo.tuning()));
   for (bool in_place : {false, true}) {
     const auto result = schedule::verify(group, {in_place});
     ASSERT_TRUE(result) << Algorithm::name << ": " << schedule::to_string(d) << " root=" << d.root << chunk << context

@@ -159,6 +159,13 @@ class basic_automatic {
   void set_rules(selection rules) { settings_.rules = std::move(rules); }
   void set_network(const model::network& net) { settings_.network = net; }
 
+  /// Every tunable candidate takes the suggestion; the cost model then pipelines with
+  /// the chunk the transport names.
+  void complete_policy(const policy& suggested) {
+    std::apply([&](auto&... c) { (fill(c, suggested), ...); }, candidates_);
+    if (suggested.chunk_bytes) settings_.network.pipeline_chunk_bytes = suggested.chunk_bytes;
+  }
+
   /// The names of the candidates that run on `Topology`, in order.
   template <class Topology>
   static std::vector<std::string_view> candidates_for() {
@@ -261,6 +268,11 @@ class basic_automatic {
                                               "': no algorithm '" + rule.algorithm + "' runs on " + topology +
                                               "; expected one of: " + known);
     }
+  }
+
+  template <class C>
+  static void fill(C& candidate, const policy& suggested) {
+    if constexpr (tunable<C>) candidate.complete_policy(suggested);
   }
 
   automatic_settings settings_;

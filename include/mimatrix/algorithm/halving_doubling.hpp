@@ -419,7 +419,7 @@ class halving_doubling {
       detail::build_single(b);
       return std::move(b).build();
     }
-    const std::size_t chunk = detail::chunk_elems_for(tuning.chunk_bytes, desc.elem_size);
+    const std::size_t chunk = detail::chunk_elems_for(tuning, desc.elem_size);
     switch (desc.kind) {
       case schedule::collective::allreduce: detail::build_hd_allreduce(b, detail::fold(desc.size, order), chunk); break;
       case schedule::collective::reduce_scatter:
@@ -432,6 +432,7 @@ class halving_doubling {
   }
 
   const policy& tuning() const { return tuning_; }
+  void complete_policy(const policy& suggested) { tuning_ = complete(tuning_, suggested); }
   const std::vector<int>& order() const { return order_; }
 
  private:

@@ -103,6 +103,7 @@ class hdrm {
   }
 
   const policy& tuning() const { return tuning_; }
+  void complete_policy(const policy& suggested) { tuning_ = complete(tuning_, suggested); }
 
  private:
   policy tuning_ = select_policy();

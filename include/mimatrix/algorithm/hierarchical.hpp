@@ -67,6 +67,13 @@ class hierarchical {
   hierarchical() = default;
   hierarchical(LocalAlgo local, GlobalAlgo global) : local_(std::move(local)), global_(std::move(global)) {}
 
+  /// Both phases take the suggestion, the topologies' defaults when they build.
+  void complete_policy(const policy& suggested) {
+    suggested_ = suggested;
+    if constexpr (tunable<LocalAlgo>) local_.complete_policy(suggested);
+    if constexpr (tunable<GlobalAlgo>) global_.complete_policy(suggested);
+  }
+
   template <class Local, class Global>
     requires detail::phase_for<LocalAlgo, Local> && detail::phase_for<GlobalAlgo, Global>
   schedule::schedule build(const topology::hierarchical<Local, Global>& topo, const schedule::descriptor& desc,
@@ -74,8 +81,8 @@ class hierarchical {
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
     if (desc.count == 0) return std::move(b).build();
-    const auto& local = pick<Local>(local_);
-    const auto& global = pick<Global>(global_);
+    const auto& local = pick<Local>(local_, suggested_);
+    const auto& global = pick<Global>(global_, suggested_);
     const phases<Local, Global, std::remove_cvref_t<decltype(local)>, std::remove_cvref_t<decltype(global)>> x{
         topo, local, global, desc, rank};
     switch (desc.kind) {
@@ -94,9 +101,11 @@ class hierarchical {
 
   /// The algorithm to run on `Topology`: the one given, or the topology's default.
   template <class Topology, class Algorithm>
-  static decltype(auto) pick(const Algorithm& given) {
+  static decltype(auto) pick(const Algorithm& given, const policy& suggested) {
     if constexpr (std::is_same_v<Algorithm, topology_default>) {
-      return default_for<Topology>{};
+      default_for<Topology> chosen{};
+      if constexpr (tunable<default_for<Topology>>) chosen.complete_policy(suggested);
+      return chosen;
     } else {
       return (given);
     }
@@ -259,6 +268,7 @@ class hierarchical {
 
   [[no_unique_address]] LocalAlgo local_{};
   [[no_unique_address]] GlobalAlgo global_{};
+  policy suggested_{};  // for phases left to the topology's default
 };
 
 /// Each part's default: rings inside nodes and along rails for hierarchical<ring, ring>.

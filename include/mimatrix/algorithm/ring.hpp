@@ -45,7 +45,7 @@ class ring {
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
     if (desc.count == 0) return std::move(b).build();
-    const context ctx{topo, desc, topo.position_of(rank), detail::chunk_elems_for(tuning_.chunk_bytes, desc.elem_size)};
+    const context ctx{topo, desc, topo.position_of(rank), detail::chunk_elems_for(tuning_, desc.elem_size)};
     switch (desc.kind) {
       case schedule::collective::allreduce: build_allreduce(b, ctx); break;
       case schedule::collective::reduce_scatter: build_reduce_scatter(b, ctx); break;
@@ -56,6 +56,7 @@ class ring {
   }
 
   const policy& tuning() const { return tuning_; }
+  void complete_policy(const policy& suggested) { tuning_ = complete(tuning_, suggested); }
 
  private:
   using ids = std::vector<schedule::step_id>;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mimatrix/algorithm/default_for.hpp"
+#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/communicator.hpp"
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
@@ -39,6 +40,8 @@ class collective_engine {
   collective_engine(communicator<Transport>& comm, Topology topo, Algorithm algo)
       : comm_(comm), topo_(std::move(topo)), algo_(std::move(algo)) {
     topo_.check(comm_.size());
+    if constexpr (transport::suggests_policy<Transport> && algorithm::tunable<Algorithm>)
+      algo_.complete_policy(comm_.transport().suggested_policy());
   }
 
   communicator<Transport>& comm() { return comm_; }

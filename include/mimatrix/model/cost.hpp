@@ -53,7 +53,8 @@ struct network {
   /// §4: partners inside one switch group share its bipartite uplinks). 1 is no sharing;
   /// HDRM's mapping makes it 1 by construction.
   double shared_link_flows = 1;
-  /// Chunk size of pipelined chains (ring broadcast); algorithm::policy's default.
+  /// Chunk size of pipelined chains (ring broadcast): algorithm::default_chunk_bytes, or
+  /// what the transport suggests (algorithm::basic_automatic::complete_policy).
   std::size_t pipeline_chunk_bytes = 256 * 1024;
 };
 

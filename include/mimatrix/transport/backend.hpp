@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
 #include "mimatrix/reduce/ops.hpp"
@@ -39,6 +40,14 @@ inline constexpr bool runs_one_sided = requires { requires T::native_one_sided; 
 template <class T>
 concept runs_one_sided_sometimes = requires(const T& t, const schedule::descriptor& d, std::size_t scratch) {
   { t.runs_one_sided(d, scratch) } -> std::same_as<bool>;
+};
+
+/// Transports that know the tuning that suits them (transport::fabric: larger chunks
+/// over tcp, whose every message over 16 KiB costs a rendezvous round trip). The
+/// collectives hand the suggestion to their algorithm, which keeps whatever the user set.
+template <class T>
+concept suggests_policy = requires(const T& t) {
+  { t.suggested_policy() } -> std::same_as<algorithm::policy>;
 };
 
 }  // namespace mimatrix::transport

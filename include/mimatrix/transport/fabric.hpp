@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/bootstrap/store.hpp"
@@ -51,6 +53,11 @@ struct fabric_options {
   /// 0.3-1 us). 1: always, 0: never, -1: with the shm provider only.
   /// MIMATRIX_MAILBOX=on|off|auto. Set alike on every rank.
   int mailbox = -1;
+  /// The chunk the collectives cut large messages into, for algorithms whose policy
+  /// leaves it open. 0: by provider, 1 MiB over rxm (tcp;ofi_rxm, verbs;ofi_rxm: each
+  /// message above 16 KiB costs a rendezvous round trip), else
+  /// algorithm::default_chunk_bytes. MIMATRIX_CHUNK_BYTES. Set alike on every rank.
+  std::size_t chunk_bytes = 0;
 };
 
 /// One rank's endpoint in a group of processes.
@@ -81,6 +88,12 @@ class fabric {
     endpoint_ = std::make_shared<detail::fabric_endpoint>(
         id, std::move(store), detail::fabric_settings{options.provider, options.startup_timeout, options.register_always,
                                 options.staging_bytes, options.window_bytes, options.mailbox});
+    suggested_.chunk_bytes = options.chunk_bytes ? options.chunk_bytes : chunk_for_provider(provider());
+  }
+
+  /// The chunk that suits a provider (fabric_options::chunk_bytes).
+  static std::size_t chunk_for_provider(const std::string& provider) {
+    return provider.ends_with("ofi_rxm") ? std::size_t(1) << 20 : algorithm::default_chunk_bytes;
   }
 
   int rank() const { return endpoint_->rank(); }
@@ -96,6 +109,9 @@ class fabric {
   std::size_t one_sided_calls() const { return endpoint_->one_sided_calls(); }
   /// Whether small messages to ranks on this host go through shared-memory mailboxes.
   bool uses_mailboxes() const { return endpoint_->mailboxes() != nullptr; }
+
+  /// The tuning the collectives give algorithms that leave it open (fabric_options::chunk_bytes).
+  algorithm::policy suggested_policy() const { return suggested_; }
 
   /// Whether call `d`, whose schedules need at most `scratch_bytes` of scratch on any
   /// rank, runs its one-sided steps as RMA writes. Every rank answers alike, except after
@@ -126,53 +142,41 @@ class fabric {
       const char* v = std::getenv(name);
       return v ? v : "";
     };
+    const auto bad = [&](const char* name, const std::string& want, const std::string& got) {
+      return error(errc::invalid_argument,
+                   "rank " + std::to_string(id.rank) + ": " + name + " must be " + want + ", got '" + got + "'");
+    };
+    // A number of at least `least`, if the variable is set.
+    const auto number = [&](const char* name, long long least, const std::string& want) -> std::optional<long long> {
+      const std::string text = env(name);
+      if (text.empty()) return std::nullopt;
+      char* end = nullptr;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (*end != '\0' || v < least) throw bad(name, want, text);
+      return v;
+    };
     if (o.provider.empty()) o.provider = env("MIMATRIX_PROVIDER");
     if (o.provider.empty()) o.provider = env("FI_PROVIDER");
     if (o.provider.empty() && id.local_size == id.size) o.provider = "shm";
-    if (const std::string ms = env("MIMATRIX_STARTUP_TIMEOUT_MS"); !ms.empty()) {
-      char* end = nullptr;
-      const long long v = std::strtoll(ms.c_str(), &end, 10);
-      if (*end != '\0' || v <= 0)
-        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
-                                                ": MIMATRIX_STARTUP_TIMEOUT_MS must be a positive number of "
-                                                "milliseconds, got '" + ms + "'");
-      o.startup_timeout = std::chrono::milliseconds(v);
-    }
-    if (const std::string bytes = env("MIMATRIX_STAGING_BYTES"); !bytes.empty()) {
-      char* end = nullptr;
-      const long long v = std::strtoll(bytes.c_str(), &end, 10);
-      if (*end != '\0' || v <= 0)
-        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
-                                                ": MIMATRIX_STAGING_BYTES must be a positive number of bytes, got '" +
-                                                bytes + "'");
-      o.staging_bytes = std::size_t(v);
-    }
-    if (const std::string bytes = env("MIMATRIX_WINDOW_BYTES"); !bytes.empty()) {
-      char* end = nullptr;
-      const long long v = std::strtoll(bytes.c_str(), &end, 10);
-      if (*end != '\0' || v < 0)
-        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
-                                                ": MIMATRIX_WINDOW_BYTES must be a number of bytes (0: no RMA window), got '" +
-                                                bytes + "'");
-      o.window_bytes = std::size_t(v);
-    }
+    if (auto v = number("MIMATRIX_STARTUP_TIMEOUT_MS", 1, "a positive number of milliseconds"))
+      o.startup_timeout = std::chrono::milliseconds(*v);
+    if (auto v = number("MIMATRIX_STAGING_BYTES", 1, "a positive number of bytes")) o.staging_bytes = std::size_t(*v);
+    if (auto v = number("MIMATRIX_CHUNK_BYTES", 1, "a positive number of bytes")) o.chunk_bytes = std::size_t(*v);
+    if (auto v = number("MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)"))
+      o.window_bytes = std::size_t(*v);
     if (const std::string mb = env("MIMATRIX_MAILBOX"); !mb.empty()) {
-      if (mb != "on" && mb != "off" && mb != "auto")
-        throw error(errc::invalid_argument,
-                    "rank " + std::to_string(id.rank) + ": MIMATRIX_MAILBOX must be 'on', 'off' or 'auto', got '" + mb + "'");
+      if (mb != "on" && mb != "off" && mb != "auto") throw bad("MIMATRIX_MAILBOX", "'on', 'off' or 'auto'", mb);
       o.mailbox = mb == "on" ? 1 : mb == "off" ? 0 : -1;
     }
     if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
-      if (reg != "always" && reg != "auto")
-        throw error(errc::invalid_argument, "rank " + std::to_string(id.rank) +
-                                                ": MIMATRIX_FABRIC_REGISTER must be 'always' or 'auto', got '" + reg +
-                                                "'");
+      if (reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
       o.register_always = reg == "always";
     }
     return o;
   }
 
   std::shared_ptr<detail::fabric_endpoint> endpoint_;
+  algorithm::policy suggested_{};
 };
 
 }  // namespace mimatrix::transport

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 
 namespace mimatrix::algorithm::detail {
@@ -27,8 +28,8 @@ struct chunking {
   std::size_t length(std::size_t c) const { return std::min(chunk_elems, block_elems - start(c)); }
 };
 
-inline std::size_t chunk_elems_for(std::size_t chunk_bytes, std::size_t elem_size) {
-  return std::max<std::size_t>(1, chunk_bytes / elem_size);
+inline std::size_t chunk_elems_for(const policy& tuning, std::size_t elem_size) {
+  return std::max<std::size_t>(1, chunk_bytes_of(tuning) / elem_size);
 }
 
 /// Elements [first, first + n) of a buffer, as a byte region.

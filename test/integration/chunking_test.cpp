@@ -1,0 +1,94 @@
+// The chunk transport::fabric suggests reaches the collectives: 1 MiB over rxm providers,
+// the library default otherwise, or what fabric_options or MIMATRIX_CHUNK_BYTES name.
+// Results stay exact at each, and a malformed variable is a start-up error naming it.
+#include "mimatrix/transport/fabric.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/allreduce.hpp"
+#include "mimatrix/bootstrap/memory_store.hpp"
+#include "multi_process.hpp"
+
+namespace mimatrix {
+namespace {
+
+using transport::fabric;
+
+/// Ranks check the suggestion against EXPECT_CHUNK_BYTES, then run ring allreduces whose
+/// blocks span several chunks of any size tested here.
+MIMATRIX_SCENARIO(exact_at_the_suggested_chunk) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::seconds(30));
+  const std::size_t chunk = comm.transport().suggested_policy().chunk_bytes;
+  const std::size_t want = std::strtoull(std::getenv("EXPECT_CHUNK_BYTES"), nullptr, 10);
+  if (chunk != want)
+    return std::printf("rank %d over %s: suggested chunk %zu, expected %zu\n", comm.rank(),
+                       comm.transport().provider().c_str(), chunk, want),
+           1;
+  allreduce<fabric, topology::ring, reduce::sum<std::int64_t>> sum(comm);
+  const int p = comm.size();
+  std::vector<std::int64_t> in((std::size_t(3) << 20) / 8 * std::size_t(p) + 5), out(in.size());
+  for (int k = 0; k < 2; ++k) {
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = std::int64_t(i) * (comm.rank() + 1) - k;
+    sum(in, out);
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (out[i] != std::int64_t(i) * p * (p + 1) / 2 - std::int64_t(k) * p)
+        return std::printf("rank %d, call %d: element %zu is %lld\n", comm.rank(), k, i, (long long)out[i]), 1;
+  }
+  return 0;
+}
+
+TEST(chunking, rxm_providers_get_1_MiB_chunks_and_others_the_default) {
+  EXPECT_EQ(fabric::chunk_for_provider("tcp;ofi_rxm"), std::size_t(1) << 20);
+  EXPECT_EQ(fabric::chunk_for_provider("verbs;ofi_rxm"), std::size_t(1) << 20);
+  EXPECT_EQ(fabric::chunk_for_provider("shm"), algorithm::default_chunk_bytes);
+  EXPECT_EQ(fabric::chunk_for_provider("efa"), algorithm::default_chunk_bytes);
+}
+
+TEST(chunking, an_option_names_the_chunk) {
+  auto store = std::make_shared<bootstrap::memory_store>();
+  fabric f(bootstrap::identity{}, store, {.provider = "shm", .chunk_bytes = 12345});
+  EXPECT_EQ(f.suggested_policy().chunk_bytes, 12345u);
+}
+
+TEST(chunking, every_provider_is_exact_at_its_own_chunk_and_at_a_chosen_one) {
+  for (const auto& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto own = std::to_string(fabric::chunk_for_provider(provider));
+    auto r = test::run_ranks(3, provider, "exact_at_the_suggested_chunk", {{"EXPECT_CHUNK_BYTES", own}});
+    EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+    r = test::run_ranks(2, provider, "exact_at_the_suggested_chunk",
+                        {{"MIMATRIX_CHUNK_BYTES", "40000"}, {"EXPECT_CHUNK_BYTES", "40000"}});
+    EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  }
+}
+
+TEST(chunking, a_malformed_chunk_variable_names_itself_and_the_rank) {
+  auto store = std::make_shared<bootstrap::memory_store>();
+  for (const char* bad : {"1M", "0", "-4096", "lots"}) {
+    SCOPED_TRACE(bad);
+    ::setenv("MIMATRIX_CHUNK_BYTES", bad, 1);
+    try {
+      fabric f(bootstrap::identity{}, store, {.provider = "shm"});
+      ADD_FAILURE() << "accepted MIMATRIX_CHUNK_BYTES=" << bad;
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 0: MIMATRIX_CHUNK_BYTES must be a positive number of bytes, got '" + std::string(bad) + "'"),
+                std::string::npos)
+          << what;
+    }
+  }
+  ::unsetenv("MIMATRIX_CHUNK_BYTES");
+}
+
+}  // namespace
+}  // namespace mimatrix
