@@ -196,8 +196,8 @@ void broadcast_grid(int p, dtype type, const Topology& topo, const Algorithm& al
 
 /// gtest parameters (p, dtype) and their test names, "p3_float".
 using grid_param = std::tuple<int, dtype>;
-inline auto grid_params() {
-  return ::testing::Combine(::testing::ValuesIn(grid_world_sizes()), ::testing::ValuesIn(all_dtypes));
+inline auto grid_params(grid_extent extent = grid_extent::every_size) {
+  return ::testing::Combine(::testing::ValuesIn(grid_world_sizes(extent)), ::testing::ValuesIn(all_dtypes));
 }
 inline std::string grid_param_name(const ::testing::TestParamInfo<grid_param>& info) {
   return grid_name(std::get<0>(info.param), std::get<1>(info.param));

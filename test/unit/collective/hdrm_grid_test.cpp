@@ -32,7 +32,7 @@ TEST_P(hdrm_grid, broadcast) {
   test::broadcast_grid(p, type, topology::bigraph{}, algorithm::hdrm{});
 }
 
-INSTANTIATE_TEST_SUITE_P(hdrm, hdrm_grid, test::grid_params(), test::grid_param_name);
+INSTANTIATE_TEST_SUITE_P(hdrm, hdrm_grid, test::grid_params(test::grid_extent::spread), test::grid_param_name);
 
 // allreduce<inproc, bigraph, sum<float>> picks HDRM; explicit shapes work too.
 TEST(hdrm, is_what_allreduce_on_bigraph_uses) {

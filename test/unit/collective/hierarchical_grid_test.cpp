@@ -43,7 +43,7 @@ TEST_P(hierarchical_grid, broadcast) {
   test::broadcast_grid(p, type, topo(node_size_for(p)), algo{});
 }
 
-INSTANTIATE_TEST_SUITE_P(hierarchical, hierarchical_grid, test::grid_params(), test::grid_param_name);
+INSTANTIATE_TEST_SUITE_P(hierarchical, hierarchical_grid, test::grid_params(test::grid_extent::spread), test::grid_param_name);
 
 // Nodes from host names, ranks scattered over them, and more than two ranks a node.
 TEST(hierarchical_collectives, nodes_from_host_names) {

@@ -32,7 +32,7 @@ TEST_P(recursive_doubling_grid, broadcast) {
   test::broadcast_grid(p, type, topology::ring{}, algorithm::recursive_doubling{});
 }
 
-INSTANTIATE_TEST_SUITE_P(recursive_doubling, recursive_doubling_grid, test::grid_params(), test::grid_param_name);
+INSTANTIATE_TEST_SUITE_P(recursive_doubling, recursive_doubling_grid, test::grid_params(test::grid_extent::spread), test::grid_param_name);
 
 }  // namespace
 }  // namespace mimatrix
