@@ -1,5 +1,5 @@
-// The chunk transport::fabric suggests reaches the collectives: 1 MiB over rxm providers,
-// the library default otherwise, or what fabric_options or MIMATRIX_CHUNK_BYTES name.
+// The chunk transport::fabric suggests reaches the collectives: one by provider, or what
+// fabric_options or MIMATRIX_CHUNK_BYTES name.
 // Results stay exact at each, and a malformed variable is a start-up error naming it.
 #include "mimatrix/transport/fabric.hpp"
 
@@ -46,10 +46,10 @@ MIMATRIX_SCENARIO(exact_at_the_suggested_chunk) {
   return 0;
 }
 
-TEST(chunking, rxm_providers_get_1_MiB_chunks_and_others_the_default) {
+TEST(chunking, rxm_providers_get_1_MiB_chunks_shm_512_KiB_and_others_the_default) {
   EXPECT_EQ(fabric::chunk_for_provider("tcp;ofi_rxm"), std::size_t(1) << 20);
   EXPECT_EQ(fabric::chunk_for_provider("verbs;ofi_rxm"), std::size_t(1) << 20);
-  EXPECT_EQ(fabric::chunk_for_provider("shm"), algorithm::default_chunk_bytes);
+  EXPECT_EQ(fabric::chunk_for_provider("shm"), std::size_t(512) << 10);
   EXPECT_EQ(fabric::chunk_for_provider("efa"), algorithm::default_chunk_bytes);
 }
 

@@ -54,9 +54,8 @@ struct fabric_options {
   /// MIMATRIX_MAILBOX=on|off|auto. Set alike on every rank.
   int mailbox = -1;
   /// The chunk the collectives cut large messages into, for algorithms whose policy
-  /// leaves it open. 0: by provider, 1 MiB over rxm (tcp;ofi_rxm, verbs;ofi_rxm: each
-  /// message above 16 KiB costs a rendezvous round trip), else
-  /// algorithm::default_chunk_bytes. MIMATRIX_CHUNK_BYTES. Set alike on every rank.
+  /// leaves it open. 0: by provider (chunk_for_provider). MIMATRIX_CHUNK_BYTES. Set alike
+  /// on every rank.
   std::size_t chunk_bytes = 0;
 };
 
@@ -91,9 +90,15 @@ class fabric {
     suggested_.chunk_bytes = options.chunk_bytes ? options.chunk_bytes : chunk_for_provider(provider());
   }
 
-  /// The chunk that suits a provider (fabric_options::chunk_bytes).
+  /// The chunk that suits a provider (fabric_options::chunk_bytes), measured with
+  /// allreduce_perf at 8-64 MiB (docs/performance.md): 1 MiB over rxm (tcp;ofi_rxm,
+  /// verbs;ofi_rxm), where each message above 16 KiB costs a rendezvous round trip;
+  /// 512 KiB over shm, fewer messages while a chunk and its staging still fit in cache;
+  /// else algorithm::default_chunk_bytes.
   static std::size_t chunk_for_provider(const std::string& provider) {
-    return provider.ends_with("ofi_rxm") ? std::size_t(1) << 20 : algorithm::default_chunk_bytes;
+    if (provider.ends_with("ofi_rxm")) return std::size_t(1) << 20;
+    if (provider == "shm") return std::size_t(512) << 10;
+    return algorithm::default_chunk_bytes;
   }
 
   int rank() const { return endpoint_->rank(); }
