@@ -39,7 +39,7 @@ void until(Attempt attempt) {
 
 /// Rank 1: echoes every message until one carries `stop` as its data.
 void echo(local_mailboxes& m) {
-  std::vector<std::byte> buffer(local_mailboxes::payload_bytes);
+  std::vector<std::byte> buffer(local_mailboxes::small_messages.payload_bytes);
   for (;;) {
     std::size_t n = 0;
     std::uint64_t data = 0;
@@ -52,7 +52,7 @@ void echo(local_mailboxes& m) {
 /// Rank 0: the timed loop, then the stop message.
 void ping(benchmark::State& state, local_mailboxes& m) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
-  std::vector<std::byte> buffer(local_mailboxes::payload_bytes, std::byte{1});
+  std::vector<std::byte> buffer(local_mailboxes::small_messages.payload_bytes, std::byte{1});
   std::uint64_t sequence = 0;
   for (auto _ : state) {
     until([&] { return m.try_send(1, ping_tag, sequence, buffer.data(), bytes); });

@@ -44,7 +44,9 @@ MIMATRIX_SCENARIO(steady_state_registers_nothing) {
 TEST(registration_cache, the_steady_state_registers_nothing) {
   for (const auto& provider : test::test_providers()) {
     SCOPED_TRACE(provider);
-    const auto r = test::run_ranks(2, provider, "steady_state_registers_nothing", {{"MIMATRIX_FABRIC_REGISTER", "always"}});
+    // Chunks must take the provider's path: over shm they would go by the bulk rings.
+    const auto r = test::run_ranks(2, provider, "steady_state_registers_nothing",
+                                   {{"MIMATRIX_FABRIC_REGISTER", "always"}, {"MIMATRIX_BULK", "off"}});
     EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
   }
 }

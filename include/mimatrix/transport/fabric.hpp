@@ -48,11 +48,17 @@ struct fabric_options {
   /// every call after a failure run as messages instead. 0: no window.
   /// MIMATRIX_WINDOW_BYTES.
   std::size_t window_bytes = std::size_t(128) << 20;
-  /// Messages of up to local_mailboxes::payload_bytes between ranks on one host go
-  /// through shared-memory mailboxes instead of the provider (about 0.1 us instead of
-  /// 0.3-1 us). 1: always, 0: never, -1: with the shm provider only.
-  /// MIMATRIX_MAILBOX=on|off|auto. Set alike on every rank.
+  /// Messages of up to 512 bytes between ranks on one host go through shared-memory
+  /// mailboxes instead of the provider (a third of libfabric shm's latency). 1: always,
+  /// 0: never, -1: with the shm provider only. MIMATRIX_MAILBOX=on|off|auto. Set alike on
+  /// every rank.
   int mailbox = -1;
+  /// Chunks of up to chunk_bytes between ranks on one host go through shared-memory rings
+  /// of 4 slots a pair: the sender copies in, the receiver reduces straight out, where the
+  /// provider would copy once more (shm: process_vm_readv into staging). 1: always, 0:
+  /// never, -1: with the shm provider only. MIMATRIX_BULK=on|off|auto. Set alike on
+  /// every rank. Memory: 4 chunks per ordered pair of this host's ranks.
+  int bulk = -1;
   /// The chunk the collectives cut large messages into, for algorithms whose policy
   /// leaves it open. 0: by provider (chunk_for_provider). MIMATRIX_CHUNK_BYTES. Set alike
   /// on every rank.
@@ -85,20 +91,20 @@ class fabric {
     options = resolve(std::move(options), id);
     if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
     endpoint_ = std::make_shared<detail::fabric_endpoint>(
-        id, std::move(store), detail::fabric_settings{options.provider, options.startup_timeout, options.register_always,
-                                options.staging_bytes, options.window_bytes, options.mailbox});
-    suggested_.chunk_bytes = options.chunk_bytes ? options.chunk_bytes : chunk_for_provider(provider());
+        id, std::move(store),
+        detail::fabric_settings{.provider = options.provider,
+                                .startup_timeout = options.startup_timeout,
+                                .register_always = options.register_always,
+                                .staging_bytes = options.staging_bytes,
+                                .window_bytes = options.window_bytes,
+                                .mailbox = options.mailbox,
+                                .bulk = options.bulk,
+                                .chunk_bytes = options.chunk_bytes});
   }
 
-  /// The chunk that suits a provider (fabric_options::chunk_bytes), measured with
-  /// allreduce_perf at 8-64 MiB (docs/performance.md): 1 MiB over rxm (tcp;ofi_rxm,
-  /// verbs;ofi_rxm), where each message above 16 KiB costs a rendezvous round trip;
-  /// 512 KiB over shm, fewer messages while a chunk and its staging still fit in cache;
-  /// else algorithm::default_chunk_bytes.
+  /// The chunk that suits a provider (fabric_options::chunk_bytes = 0).
   static std::size_t chunk_for_provider(const std::string& provider) {
-    if (provider.ends_with("ofi_rxm")) return std::size_t(1) << 20;
-    if (provider == "shm") return std::size_t(512) << 10;
-    return algorithm::default_chunk_bytes;
+    return detail::fabric_endpoint::chunk_for_provider(provider);
   }
 
   int rank() const { return endpoint_->rank(); }
@@ -114,9 +120,11 @@ class fabric {
   std::size_t one_sided_calls() const { return endpoint_->one_sided_calls(); }
   /// Whether small messages to ranks on this host go through shared-memory mailboxes.
   bool uses_mailboxes() const { return endpoint_->mailboxes() != nullptr; }
+  /// Whether chunks to ranks on this host go through shared-memory rings (fabric_options::bulk).
+  bool uses_bulk_rings() const { return endpoint_->bulk_mailboxes() != nullptr; }
 
   /// The tuning the collectives give algorithms that leave it open (fabric_options::chunk_bytes).
-  algorithm::policy suggested_policy() const { return suggested_; }
+  algorithm::policy suggested_policy() const { return {endpoint_->chunk_bytes()}; }
 
   /// Whether call `d`, whose schedules need at most `scratch_bytes` of scratch on any
   /// rank, runs its one-sided steps as RMA writes. Every rank answers alike, except after
@@ -169,10 +177,15 @@ class fabric {
     if (auto v = number("MIMATRIX_CHUNK_BYTES", 1, "a positive number of bytes")) o.chunk_bytes = std::size_t(*v);
     if (auto v = number("MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)"))
       o.window_bytes = std::size_t(*v);
-    if (const std::string mb = env("MIMATRIX_MAILBOX"); !mb.empty()) {
-      if (mb != "on" && mb != "off" && mb != "auto") throw bad("MIMATRIX_MAILBOX", "'on', 'off' or 'auto'", mb);
-      o.mailbox = mb == "on" ? 1 : mb == "off" ? 0 : -1;
-    }
+    // on | off | auto as 1 | 0 | -1, if the variable is set.
+    const auto switch_of = [&](const char* name, int& into) {
+      const std::string v = env(name);
+      if (v.empty()) return;
+      if (v != "on" && v != "off" && v != "auto") throw bad(name, "'on', 'off' or 'auto'", v);
+      into = v == "on" ? 1 : v == "off" ? 0 : -1;
+    };
+    switch_of("MIMATRIX_MAILBOX", o.mailbox);
+    switch_of("MIMATRIX_BULK", o.bulk);
     if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
       if (reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
       o.register_always = reg == "always";
@@ -181,7 +194,6 @@ class fabric {
   }
 
   std::shared_ptr<detail::fabric_endpoint> endpoint_;
-  algorithm::policy suggested_{};
 };
 
 }  // namespace mimatrix::transport

@@ -1,7 +1,7 @@
 // Tests of transport/fabric/mailbox.hpp: exact round trips, receive by tag in any order,
-// back-pressure and the messages set aside, truncation, discarding, threads and forked
-// processes as ranks, ranks on other hosts, failures that name their call, and an empty
-// /dev/shm after construction.
+// back-pressure and the messages set aside, bulk rings read in place, truncation,
+// discarding, threads and forked processes as ranks, ranks on other hosts, failures that
+// name their call, and an empty /dev/shm after construction.
 #include "mimatrix/transport/fabric/mailbox.hpp"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include "support/grid.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -37,8 +38,8 @@ using mimatrix::bootstrap::memory_store;
 using mimatrix::transport::detail::local_mailboxes;
 using mailboxes = std::vector<std::unique_ptr<local_mailboxes>>;
 
-constexpr std::size_t slots = local_mailboxes::slots;
-constexpr std::size_t payload_bytes = local_mailboxes::payload_bytes;
+constexpr std::size_t slots = local_mailboxes::small_messages.slots;
+constexpr std::size_t payload_bytes = local_mailboxes::small_messages.payload_bytes;
 
 /// A prefix no other test (or concurrent run) uses; its segments' names start with
 /// "mimatrix-mb-" and the prefix with '/' as '_'.
@@ -60,7 +61,8 @@ std::vector<std::string> segments_left(const std::string& prefix) {
 /// Constructs `size` ranks' mailboxes, one thread each (construction is collective), and
 /// hands them all back; `hosts[r]`, when given, overrides rank r's host identity.
 mailboxes make_world(mimatrix::bootstrap::store& store, int size, const std::string& prefix,
-                     std::vector<std::string> hosts = {}) {
+                     std::vector<std::string> hosts = {},
+                     local_mailboxes::geometry shape = local_mailboxes::small_messages) {
   hosts.resize(std::size_t(size));
   mailboxes world(static_cast<std::size_t>(size));
   std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
@@ -68,7 +70,8 @@ mailboxes make_world(mimatrix::bootstrap::store& store, int size, const std::str
   for (int r = 0; r < size; ++r)
     ranks.emplace_back([&, r] {
       try {
-        world[std::size_t(r)] = std::make_unique<local_mailboxes>(r, size, store, prefix, 10s, hosts[std::size_t(r)]);
+        world[std::size_t(r)] =
+            std::make_unique<local_mailboxes>(r, size, store, prefix, 10s, shape, hosts[std::size_t(r)]);
       } catch (...) {
         failures[std::size_t(r)] = std::current_exception();
       }
@@ -392,6 +395,139 @@ TEST(local_mailboxes, a_receiver_preempted_mid_scan_still_takes_messages_in_send
   EXPECT_EQ(sent, messages) << "the receiver stopped early (deadline)";
 }
 
+// Bulk rings: a few slots of a chunk each. A receiver reads a message where it lies
+// (try_peek), whether in the ring or set aside, and take() frees exactly that one.
+TEST(local_mailboxes, a_bulk_ring_carries_chunks_read_in_place) {
+  memory_store store;
+  constexpr local_mailboxes::geometry bulk{64 * 1024 + 8, 4};
+  auto world = make_world(store, 2, fresh_prefix(), {}, bulk);
+  auto& a = *world[0];
+  auto& b = *world[1];
+  EXPECT_EQ(b.payload_bytes(), bulk.payload_bytes);
+  EXPECT_EQ(b.slots(), bulk.slots);
+  mimatrix::test::random_stream rng{mimatrix::test::run_seed()};
+  std::vector<std::vector<std::byte>> sent;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    sent.push_back(random_bytes(rng, i == 3 ? bulk.payload_bytes : 1000 * (i + 1)));
+    ASSERT_TRUE(a.try_send(1, 10 + i, i, sent[i].data(), sent[i].size())) << i;
+  }
+  EXPECT_FALSE(a.try_send(1, 99, 0, sent[0].data(), 8)) << "four slots";
+  // Tag 12 stands third: 10 and 11 are set aside, 12 is read in the ring.
+  const auto* m = b.try_peek(0, 12);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->bytes, sent[2].size());
+  EXPECT_EQ(m->data, 2u);
+  EXPECT_EQ(std::memcmp(m->payload, sent[2].data(), sent[2].size()), 0);
+  b.take(0);
+  // Three slots are free again (10, 11 set aside, 12 taken).
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(a.try_send(1, 20 + i, 0, sent[i].data(), 64)) << i;
+  EXPECT_FALSE(a.try_send(1, 99, 0, sent[0].data(), 8));
+  // A set-aside message, read in place; then one still in the ring.
+  m = b.try_peek(0, 11);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->bytes, sent[1].size());
+  EXPECT_EQ(std::memcmp(m->payload, sent[1].data(), sent[1].size()), 0);
+  b.take(0);
+  m = b.try_peek(0, 13);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->bytes, bulk.payload_bytes);
+  EXPECT_EQ(std::memcmp(m->payload, sent[3].data(), sent[3].size()), 0);
+  b.take(0);
+  std::vector<std::byte> got(bulk.payload_bytes);
+  std::size_t n = 0;
+  std::uint64_t d = 0;
+  for (std::uint64_t tag : {20, 10, 22, 21}) {
+    ASSERT_TRUE(b.try_receive(0, tag, got.data(), got.size(), &n, &d)) << tag;
+    const auto& want = tag == 10 ? sent[0] : sent[tag - 20];
+    ASSERT_EQ(n, tag == 10 ? want.size() : 64u) << tag;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), n), 0) << tag;
+  }
+  for (std::uint64_t tag : {10, 12, 13}) EXPECT_EQ(b.try_peek(0, tag), nullptr) << "taken: " << tag;
+  for (std::uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(a.try_send(1, i, 0, nullptr, 0)) << "emptied: " << i;
+}
+
+// Threads stream chunks of every size through a 3-slot bulk ring, each read in place and
+// checked word by word: the ring is full most of the time, and wraps thousands of times.
+TEST(local_mailboxes, threads_stream_chunks_through_a_bulk_ring_exactly) {
+  memory_store store;
+  constexpr local_mailboxes::geometry bulk{4096, 3};
+  auto world = make_world(store, 2, fresh_prefix(), {}, bulk);
+  constexpr std::uint64_t messages = mimatrix::test::quick ? 3000 : 20000;
+  std::atomic<bool> stop{false};
+  std::uint64_t wrong_at = messages;
+  std::thread receiver([&] {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    for (std::uint64_t i = 0; i < messages && !stop; ++i) {
+      const local_mailboxes::message* m = nullptr;
+      for (unsigned spins = 0; !(m = world[1]->try_peek(0, i % 2)); ++spins)
+        if (spins % 64 == 63) {
+          if (stop || std::chrono::steady_clock::now() > deadline) return;
+          std::this_thread::yield();
+        }
+      const std::size_t words = 1 + i % (bulk.payload_bytes / 8);
+      bool ok = m->bytes == words * 8 && m->data == i;
+      for (std::size_t w = 0; ok && w < words; ++w) {
+        std::uint64_t v = 0;
+        std::memcpy(&v, m->payload + 8 * w, 8);
+        ok = v == i * 1000003 + w;
+      }
+      world[1]->take(0);
+      if (!ok) {
+        wrong_at = i;
+        stop = true;
+      }
+    }
+  });
+  std::vector<std::uint64_t> buffer(bulk.payload_bytes / 8);
+  for (std::uint64_t i = 0; i < messages && !stop; ++i) {
+    const std::size_t words = 1 + i % buffer.size();
+    for (std::size_t w = 0; w < words; ++w) buffer[w] = i * 1000003 + w;
+    if (!send_waiting(*world[0], 1, i % 2, i, buffer.data(), words * 8)) {
+      ADD_FAILURE() << "the receiver stopped taking messages before #" << i;
+      stop = true;
+    }
+  }
+  receiver.join();
+  EXPECT_EQ(wrong_at, messages) << "message " << wrong_at << " arrived wrong";
+}
+
+TEST(local_mailboxes, ranks_that_disagree_on_the_geometry_fail_naming_it) {
+  memory_store store;
+  const auto prefix = fresh_prefix();
+  std::vector<std::string> failures(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        const local_mailboxes::geometry shape = r == 0 ? local_mailboxes::small_messages : local_mailboxes::geometry{1024, 8};
+        local_mailboxes m(r, 2, store, prefix, 2s, shape);
+      } catch (const mimatrix::error& e) {
+        failures[std::size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    // Each rank finds the other's segment laid out otherwise, or times out waiting for a
+    // rank that gave up.
+    EXPECT_FALSE(failures[std::size_t(r)].empty());
+  }
+  const std::string both = failures[0] + " | " + failures[1];
+  EXPECT_NE(both.find("disagree on who shares this host or on the mailboxes' size"), std::string::npos) << both;
+  EXPECT_TRUE(segments_left(prefix).empty());
+}
+
+TEST(local_mailboxes, an_empty_geometry_is_refused) {
+  memory_store store;
+  try {
+    local_mailboxes m(0, 1, store, fresh_prefix(), 1s, {0, 4});
+    FAIL() << "built slots of 0 bytes";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("4 slots of 0 bytes"), std::string::npos) << e.what();
+  }
+}
+
 TEST(local_mailboxes, a_rank_on_another_host_is_not_reached) {
   memory_store store;
   const auto prefix = fresh_prefix();
@@ -445,7 +581,7 @@ TEST(local_mailboxes, a_peer_segment_that_cannot_be_opened_is_named_and_nothing_
   store.set(prefix + "mailbox/host/1", mimatrix::test::bytes("host-x"));
   store.set(prefix + "mailbox/segment/1", mimatrix::test::bytes(missing));
   try {
-    local_mailboxes m(0, 2, store, prefix, 2s, "host-x");
+    local_mailboxes m(0, 2, store, prefix, 2s, local_mailboxes::small_messages, "host-x");
     FAIL() << "mapped a segment that does not exist";
   } catch (const mimatrix::error& e) {
     EXPECT_EQ(e.code(), errc::transport);

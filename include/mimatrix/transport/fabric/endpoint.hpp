@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/bootstrap/store.hpp"
@@ -46,6 +47,9 @@ struct fabric_settings {
   std::size_t staging_bytes = std::size_t(1) << 20;
   std::size_t window_bytes = std::size_t(128) << 20;  // each half; 0: no RMA window
   int mailbox = -1;  // small messages between local ranks through shared memory: 1, 0, -1 for shm only
+  int bulk = -1;     // chunks between local ranks through shared memory: 1, 0, -1 for shm only
+  std::size_t bulk_slots = 4;  // a bulk ring's slots, each of chunk_bytes
+  std::size_t chunk_bytes = 0;  // 0: by provider (fabric_endpoint::chunk_for_provider)
 };
 
 class fabric_call;
@@ -101,7 +105,7 @@ struct fabric_step_state {
   std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
   bool arrived = false;               // recv_reduce: the data is in staging
   bool ready = false;                 // recv_reduce: its dependencies are done
-  bool mailbox = false;               // moves through the shared-memory mailbox
+  local_mailboxes* box = nullptr;     // the shared-memory mailbox it moves through (null: the provider)
   bool polling = false;               // a mailbox receive looked for in every round
 };
 
@@ -116,6 +120,7 @@ struct fabric_workspace {
   std::vector<std::size_t> free_slots;
   std::vector<std::uint32_t> flags;        // one-sided calls: flags arrived, by tag
   std::vector<std::uint32_t> polls;        // mailbox receives whose dependencies are done
+  std::vector<std::uint32_t> looked;       // mailbox reads: per peer and mailbox, the last poll round
 };
 
 struct fabric_failure {
@@ -136,8 +141,12 @@ class fabric_endpoint {
       open();
       exchange_addresses();
       exchange_windows();
+      chunk_bytes_ = settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_);
       if (settings_.mailbox == 1 || (settings_.mailbox < 0 && provider_ == "shm"))
         mailboxes_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_, settings_.startup_timeout);
+      if (settings_.bulk == 1 || (settings_.bulk < 0 && provider_ == "shm"))
+        bulk_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_ + "bulk/", settings_.startup_timeout,
+                                                  local_mailboxes::geometry{chunk_bytes_, settings_.bulk_slots});
       for (int k = 0; k < control_receives; ++k) post_control_receive(acquire(nullptr, 0));
       bootstrap::barrier(*store_, prefix_ + "ready", size_, settings_.startup_timeout);
     } catch (...) {
@@ -171,8 +180,23 @@ class fabric_endpoint {
   /// Whether data messages carry the call's signature as remote CQ data.
   bool carries_signature() const { return carries_signature_; }
 
-  /// The shared-memory mailboxes to ranks on this host (nullptr: none).
+  /// The shared-memory mailboxes to ranks on this host, for small messages and for
+  /// chunks (nullptr: none).
   local_mailboxes* mailboxes() { return mailboxes_.get(); }
+  local_mailboxes* bulk_mailboxes() { return bulk_.get(); }
+
+  /// The chunk the collectives cut large messages into (fabric_settings::chunk_bytes).
+  std::size_t chunk_bytes() const { return chunk_bytes_; }
+
+  /// The chunk that suits a provider, measured with allreduce_perf at 8-64 MiB
+  /// (docs/performance.md): 1 MiB over rxm (tcp;ofi_rxm, verbs;ofi_rxm), where each
+  /// message above 16 KiB costs a rendezvous round trip; 512 KiB over shm, fewer messages
+  /// while a chunk still fits in cache; else algorithm::default_chunk_bytes.
+  static std::size_t chunk_for_provider(const std::string& provider) {
+    if (provider.ends_with("ofi_rxm")) return std::size_t(1) << 20;
+    if (provider == "shm") return std::size_t(512) << 10;
+    return algorithm::default_chunk_bytes;
+  }
 
   // ---- one-sided calls over the RMA window ---------------------------------------
 
@@ -609,7 +633,8 @@ class fabric_endpoint {
   fid_ep* ep_ = nullptr;
   std::unique_ptr<registration_cache> mr_;
   std::unique_ptr<rma_window> window_;
-  std::unique_ptr<local_mailboxes> mailboxes_;
+  std::unique_ptr<local_mailboxes> mailboxes_, bulk_;
+  std::size_t chunk_bytes_ = 0;
   std::vector<window_announcement> peer_windows_;
   std::size_t window_half_bytes_ = 0;
   fabric_call* one_sided_current_ = nullptr;

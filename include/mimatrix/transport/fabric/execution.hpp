@@ -56,6 +56,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     const std::size_t n = steps.size();
     pending_.resize(n);
     state_.assign(n, fabric_step_state{});
+    looked_.assign(2 * std::size_t(plan_->desc.size), 0);
     std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
@@ -70,11 +71,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       if (schedule::is_communication(st.kind) && st.tag > wire::max_tag)
         throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
                                                 " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
-      if (mailboxes_ && schedule::is_communication(st.kind) && st.bytes() <= local_mailboxes::payload_bytes &&
-          mailboxes_->reaches(st.peer)) {
-        state_[i].mailbox = true;  // both ends decide alike: same bytes, same host
-        continue;
-      }
+      if (schedule::is_communication(st.kind) && (state_[i].box = box_for(st))) continue;
       if (st.kind == kind::recv_reduce) {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
@@ -87,11 +84,13 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     slot_bytes_ = slot_bytes;
     staging_ = ws_->staging.reserve(std::min(slots, reduces_.size()) * slot_bytes);
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
-    if (mailboxes_ && ep_->any_failure()) {  // late messages of failed calls
+    if (ep_->any_failure()) {  // late messages of failed calls
       const auto now = static_cast<std::uint32_t>(sig_.sequence) & wire::sequence_mask;
-      mailboxes_->discard_if(-1, [&](std::uint64_t tag) {
-        return wire::earlier(static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits), now);
-      });
+      for (local_mailboxes* box : {small_, bulk_})
+        if (box)
+          box->discard_if(-1, [&](std::uint64_t tag) {
+            return wire::earlier(static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits), now);
+          });
     }
     if (one_sided_)
       use_window();
@@ -116,8 +115,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   }
 
   bool test(std::error_code& ec) override {
-    while (advance()) {
-    }
+    bool progressed = false;
+    while (advance()) progressed = true;
+    idle_tests_ = progressed ? 0 : idle_tests_ + 1;
+    if (phase_ == phase::running && idle_tests_ >= stalled_rounds && idle_tests_ % 64 == 0) unblock_rings();
     if (phase_ == phase::running) check_time();
     ec = ec_;
     return phase_ != phase::running;
@@ -131,13 +132,19 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
         continue;
       }
       // Spin while a peer is likely microseconds away, then give the core away: ranks
-      // often outnumber cores in tests.
+      // often outnumber cores in tests. Idle, read the provider's queue every round (a
+      // mailbox-only call reads it every 64th): a peer's abort may need a connection
+      // set up first, which takes progress on both sides.
       if (++idle > 256) {
+        (void)ep_->progress();
         if (idle < 20000)
           std::this_thread::yield();
         else
           std::this_thread::sleep_for(std::chrono::microseconds(50));
-        if ((idle & 63) == 0) check_time();
+        if ((idle & 63) == 0) {
+          if (idle >= stalled_rounds) unblock_rings();
+          check_time();
+        }
       }
     }
     ec = ec_;
@@ -199,7 +206,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
           break;
         case kind::recv_reduce:
           state_[id].ready = true;
-          if (state_[id].mailbox)
+          if (state_[id].box)
             poll_later(id);
           else if (state_[id].arrived)
             reduce_staged(id);
@@ -220,22 +227,26 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     return true;
   }
 
-  /// Retries posts that met back-pressure, in order; stops at the first that still does.
+  /// Retries every post that met back-pressure, keeping those still refused in order: a
+  /// full ring to one peer must not hold back messages to the others (one of which may
+  /// be what that peer waits for).
   bool post_queued() {
-    std::size_t k = 0;
-    while (k < to_post_.size() && phase_ == phase::running && post(to_post_[k])) ++k;
-    to_post_.erase(to_post_.begin(), to_post_.begin() + static_cast<std::ptrdiff_t>(k));
-    return k > 0;
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < to_post_.size(); ++k)
+      if (phase_ != phase::running || !post(to_post_[k])) to_post_[kept++] = to_post_[k];
+    const bool changed = kept < to_post_.size();
+    to_post_.resize(kept);
+    return changed;
   }
 
   /// Posts a send or receive; false on back-pressure (-FI_EAGAIN).
   bool post(schedule::step_id id) {
     const schedule::step& st = step_at(id);
     if (schedule::is_one_sided(st.kind)) return post_write(id);
-    if (state_[id].mailbox) {
+    if (local_mailboxes* box = state_[id].box) {
       if (st.kind != kind::send) return poll_later(id), true;
-      if (!mailboxes_->try_send(st.peer, wire::data_tag(plan_->rank, sig_.sequence, st.tag), packed_,
-                                mem_.read(st.src), st.src.bytes))
+      if (!box->try_send(st.peer, wire::data_tag(plan_->rank, sig_.sequence, st.tag), packed_, mem_.read(st.src),
+                         st.src.bytes))
         return false;  // the ring is full: back-pressure
       complete(id);
       return true;
@@ -285,49 +296,93 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     return true;
   }
 
-  // ---- the shared-memory mailbox (small messages between ranks on this host) ----------
+  // ---- shared-memory mailboxes (messages between ranks on this host) -----------------
+
+  /// The mailbox a message of `st` moves through, or null for the provider: small
+  /// messages by the small rings, chunks up to a bulk slot by the bulk rings. Both ends
+  /// decide alike: same bytes, same host, the same settings on every rank.
+  local_mailboxes* box_for(const schedule::step& st) const {
+    for (local_mailboxes* box : {small_, bulk_})
+      if (box && st.bytes() <= box->payload_bytes() && box->reaches(st.peer)) return box;
+    return nullptr;
+  }
 
   void poll_later(schedule::step_id id) {
     state_[id].polling = true;
     polls_.push_back(id);
   }
 
-  /// Takes what arrived for the receives whose dependencies are done.
+  /// Takes what arrived for the receives whose dependencies are done: once a round for
+  /// each mailbox and peer, the earliest message any of them wants, as long as there are
+  /// such. A message is read where it lies, and checked before it touches the caller's
+  /// buffers.
   bool poll_mailboxes() {
-    alignas(64) std::byte landed[local_mailboxes::payload_bytes];
     bool changed = false;
+    ++poll_round_;
     for (std::size_t k = 0; k < polls_.size() && phase_ == phase::running;) {
-      const schedule::step_id id = polls_[k];
-      const schedule::step& st = step_at(id);
-      std::byte* into = st.kind == kind::recv ? mem_.write(st.dst) : landed;
-      std::size_t bytes = 0;
-      std::uint64_t data = 0;
-      if (!mailboxes_->try_receive(st.peer, wire::data_tag(st.peer, sig_.sequence, st.tag), into, st.dst.bytes, &bytes,
-                                   &data)) {
+      local_mailboxes& box = *state_[polls_[k]].box;
+      const int peer = step_at(polls_[k]).peer;
+      std::uint32_t& looked = looked_[2 * std::size_t(peer) + (&box == bulk_)];
+      if (looked == poll_round_) {
         ++k;
         continue;
       }
-      polls_[k] = polls_.back();
-      polls_.pop_back();
-      changed = true;
-      state_[id].polling = false;
-      if (data != packed_)
-        return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " runs " +
-                                                              to_string(wire::unpack(data, sig_.sequence)) +
-                                                              " but this rank runs " + to_string(sig_))),
-               true;
-      if (bytes != st.dst.bytes)
-        return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
-                                                              std::to_string(bytes) + " bytes where " +
-                                                              std::to_string(st.dst.bytes) + " were expected (" +
-                                                              to_string(sig_) + ")")),
-               true;
-      if (st.kind == kind::recv_reduce)
-        combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), landed, st.dst.bytes);
-      state_[id].arrived = true;
-      complete(id);
+      looked = poll_round_;
+      bool took = false;
+      while (phase_ == phase::running && take_arrived(box, peer)) took = true;
+      changed |= took;
+      k = took ? 0 : k + 1;  // taking reorders polls_
     }
     return changed;
+  }
+
+  /// Takes one message from `peer` in `box` that a polled receive wants; false if none.
+  bool take_arrived(local_mailboxes& box, int peer) {
+    std::size_t at = polls_.size();
+    const local_mailboxes::message* m = box.try_peek_if(peer, [&](std::uint64_t tag) {
+      for (std::size_t j = 0; j < polls_.size(); ++j) {
+        const schedule::step& st = step_at(polls_[j]);
+        if (st.peer == peer && state_[polls_[j]].box == &box && wire::data_tag(peer, sig_.sequence, st.tag) == tag) {
+          at = j;
+          return true;
+        }
+      }
+      return false;
+    });
+    if (!m) return false;
+    const schedule::step_id id = polls_[at];
+    polls_[at] = polls_.back();
+    polls_.pop_back();
+    state_[id].polling = false;
+    const schedule::step& st = step_at(id);
+    if (m->data != packed_ || m->bytes != st.dst.bytes) {
+      const std::string why = m->data != packed_
+                                  ? "rank " + std::to_string(peer) + " runs " +
+                                        to_string(wire::unpack(m->data, sig_.sequence)) + " but this rank runs " +
+                                        to_string(sig_)
+                                  : "rank " + std::to_string(peer) + " sent " + std::to_string(m->bytes) +
+                                        " bytes where " + std::to_string(st.dst.bytes) + " were expected (" +
+                                        to_string(sig_) + ")";
+      box.take(peer);
+      fail(errc::mismatch, describe(context(id), why));
+      return true;
+    }
+    if (st.kind == kind::recv_reduce)
+      combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), m->payload, st.dst.bytes);
+    else if (st.dst.bytes)
+      std::memcpy(mem_.write(st.dst), m->payload, st.dst.bytes);
+    box.take(peer);
+    state_[id].arrived = true;
+    complete(id);
+    return true;
+  }
+
+  /// A call that makes no progress may wait on a message queued behind others in a full
+  /// ring (its peer blocked sending into the ring this rank does not read yet): set
+  /// everything that arrived aside, so every ring has room again.
+  void unblock_rings() {
+    for (local_mailboxes* box : {small_, bulk_})
+      if (box) (void)box->discard_if(-1, [](std::uint64_t) { return false; });
   }
 
   // ---- one-sided steps -------------------------------------------------------------
@@ -593,10 +648,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     phase_ = phase::failed;
     ec_ = make_error_code(code);
     message_ = std::move(message);
-    if (mailboxes_) {  // this call's messages still waiting would only fill the rings
-      const std::uint64_t mine = wire::data_tag(0, sig_.sequence, 0) & call_bits;
-      mailboxes_->discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
-    }
+    // This call's messages still waiting would only fill the rings.
+    const std::uint64_t mine = wire::data_tag(0, sig_.sequence, 0) & call_bits;
+    for (local_mailboxes* box : {small_, bulk_})
+      if (box) box->discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
     for (auto& s : state_) {
       if (!s.request) continue;
       fi_cancel(&ep_->ep()->fid, &s.request->ctx);
@@ -642,7 +697,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::vector<std::size_t>& free_slots_ = ws_->free_slots;
   std::vector<std::uint32_t>& flags_ = ws_->flags;  // arrived flags of this call, by tag
   std::vector<schedule::step_id>& polls_ = ws_->polls;
-  local_mailboxes* mailboxes_ = ep_->mailboxes();
+  std::vector<std::uint32_t>& looked_ = ws_->looked;  // per peer and mailbox: the poll round it was last read in
+  std::uint32_t poll_round_ = 0;
+  local_mailboxes* small_ = ep_->mailboxes();     // messages up to 512 bytes, to ranks on this host
+  local_mailboxes* bulk_ = ep_->bulk_mailboxes();  // chunks up to a bulk slot, to ranks on this host
   /// The sequence bits of a data tag.
   static constexpr std::uint64_t call_bits = wire::data_tag(0, wire::sequence_mask, 0);
   std::size_t next_reduce_ = 0;  // the first of reduces_ without a slot
@@ -650,6 +708,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::size_t completed_ = 0;
   std::size_t in_flight_ = 0;  // this call's posted libfabric operations
   std::uint32_t rounds_ = 0;
+  int idle_tests_ = 0;  // test() calls in a row that made no progress
+  /// Rounds without progress (about 20 ms in wait()) after which a call sets aside what
+  /// its rings hold (unblock_rings).
+  static constexpr int stalled_rounds = 20000;
   bool probed_ = false;
   bool clock_started_ = false;
   phase phase_ = phase::running;

@@ -1,174 +1,165 @@
-// Shared-memory mailboxes between the ranks of one host: a ring of small slots for each
-// ordered pair, so that small messages skip the provider (OpenMPI vader's "fast boxes").
+// Shared-memory mailboxes between the ranks of one host: a first-in, first-out ring of
+// slots for each ordered pair, so that messages skip the provider (OpenMPI vader's "fast
+// boxes" for small ones; copy-in, reduce-out rings for chunks of large ones).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <new>
-#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "mimatrix/bootstrap/detail/fd.hpp"
-#include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/fabric/shared_segments.hpp"
 
 namespace mimatrix::transport::detail {
 
 /// The inbound mailboxes of one rank and its way into its local peers' mailboxes.
 ///
-/// Each rank owns one POSIX shared-memory segment holding a ring for every rank of its
-/// host (layout [from local rank][slot]); a peer sends by writing into the ring for it in
-/// the receiver's segment. A ring has one producer (the sender) and one consumer (the
-/// receiver), no locks, and is strictly first in, first out, like OpenMPI vader's fast
-/// boxes: message k goes to slot k mod `slots`, whose sequence word (0 when free) shares
-/// a cache line with the header and the first 32 payload bytes, so a small message moves
-/// one line and a receiver polls one line. The sender writes header and payload, then
-/// release-stores k + 1; the receiver acquire-loads the word of the slot it expects next,
-/// copies out, then release-stores 0. Receives are by tag: messages of other tags that
-/// stand ahead of the one wanted move to this rank's own memory (the unexpected queue of
-/// MPI implementations), so that equal tags are taken in send order and a ring never
-/// stays blocked by a message nobody asks for yet.
+/// Each ordered pair of ranks on a host has a ring of `slots` slots of up to
+/// `payload_bytes` each, in the receiver's segment (shared_segments.hpp). A ring has one
+/// producer (the sender) and one consumer (the receiver), no locks, and is strictly first
+/// in, first out: message k goes to slot k mod `slots`, whose sequence word (0 when free)
+/// shares a cache line with the header and the first 32 payload bytes, so a small message
+/// moves one line and a receiver polls one line. The sender writes header and payload,
+/// then release-stores k + 1; the receiver acquire-loads the word of the slot it expects
+/// next, reads, then release-stores 0.
 ///
-/// Rendezvous keys, under `prefix`: `mailbox/host/<rank>` (all-gathered host identity),
-/// `mailbox/segment/<rank>` (the segment's name, set once it exists; local ranks only),
-/// `mailbox/mapped/<lowest local rank>` (a barrier of the host's ranks).
+/// Receives are by tag: messages of other tags that stand ahead of the one wanted move to
+/// this rank's own memory (the unexpected queue of MPI implementations), so that equal
+/// tags are taken in send order and a ring never stays blocked by a message nobody asks
+/// for yet. try_peek/take read a message where it lies, so a reduction can read it
+/// straight from the ring.
 ///
 /// @par Thread Safety
 /// One thread at a time per object. Ranks in one process (threads as ranks) share one
 /// mapping of each segment.
 class local_mailboxes {
  public:
-  static constexpr std::size_t payload_bytes = 512;  // largest message a slot carries
-  static constexpr std::size_t slots = 32;           // per ordered pair (sender -> receiver)
+  struct geometry {
+    std::size_t payload_bytes;  // the largest message a slot carries
+    std::size_t slots;          // per ordered pair (sender -> receiver)
+  };
+  /// Small messages: 32 slots of 512 bytes a pair, 18 KiB.
+  static constexpr geometry small_messages{512, 32};
 
-  /// Collective over all `size` ranks (each calls it with the same `prefix`): finds the
-  /// ranks sharing this host, creates this rank's inbound segment, maps every local
-  /// peer's, waits for the host's ranks, then unlinks its own name, so nothing stays in
-  /// /dev/shm even if a rank is killed later. `host_identity` replaces the detected one
-  /// (hostname, boot id and /dev/shm's device: ranks that share all three can share
-  /// memory); tests use it to place ranks on other hosts. Throws errc::transport naming
-  /// the rank, the peer and the failing call; errc::timeout when a rank does not come
-  /// within `timeout` (for the whole construction).
+  /// A message read where it lies: `payload` holds its first min(bytes, payload_bytes())
+  /// bytes (`bytes` is what the sender said).
+  struct message {
+    const std::byte* payload;
+    std::size_t bytes;
+    std::uint64_t data;
+  };
+
+  /// Collective over all `size` ranks, each with the same `prefix` and `shape` (see
+  /// host_segments for what it throws).
   local_mailboxes(int rank, int size, bootstrap::store& store, const std::string& prefix,
-                  std::chrono::milliseconds timeout, std::string host_identity = {})
-      : rank_(rank), size_(size), local_index_(static_cast<std::size_t>(std::max(size, 0)), -1) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    const auto left = [&] {
-      return std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
-                      std::chrono::milliseconds(0));
-    };
-    if (host_identity.empty()) host_identity = detect_host_identity();
-    const auto hosts = bootstrap::all_gather(store, prefix + "mailbox/host", rank, size, to_bytes(host_identity), timeout);
-    for (int r = 0; r < size; ++r) {
-      if (to_string(hosts[std::size_t(r)]) != host_identity) continue;
-      local_index_[std::size_t(r)] = static_cast<int>(locals_.size());
-      locals_.push_back(r);
-    }
-    if (locals_.size() < 2) return;  // nobody to share memory with
-    try {
-      create_own_segment(prefix);
-      store.set(prefix + "mailbox/segment/" + std::to_string(rank), to_bytes(own_name_));
-      const std::size_t me = std::size_t(local_index_[std::size_t(rank)]);
-      inbound_.resize(locals_.size());
-      outbound_.resize(locals_.size());
-      for (std::size_t i = 0; i < locals_.size(); ++i) {
-        inbound_[i].from = ring_at(segments_[0]->base, i);
-        inbound_[i].unexpected.reserve(slots);
-        if (i == me) continue;
-        const int peer = locals_[i];
-        // A name is published once its segment exists: waiting for it is the first barrier.
-        const auto name = to_string(store.get(prefix + "mailbox/segment/" + std::to_string(peer), left()));
-        segments_.push_back(map_segment(name, peer));
-        outbound_[i].to = ring_at(segments_.back()->base, me);
-      }
-      bootstrap::barrier(store, prefix + "mailbox/mapped/" + std::to_string(locals_[0]), int(locals_.size()), left());
-      unlink_own();
-    } catch (...) {
-      unlink_own();
-      throw;
+                  std::chrono::milliseconds timeout, geometry shape = small_messages, std::string host_identity = {})
+      : shape_(checked(shape)), stride_((header_bytes + shape_.payload_bytes + 63) / 64 * 64),
+        segments_(rank, size, store, prefix, timeout, stride_ * shape_.slots, layout_of(shape_),
+                  std::move(host_identity)) {
+    const auto& locals = segments_.local_ranks();
+    if (locals.size() < 2) return;
+    inbound_.resize(locals.size());
+    outbound_.resize(locals.size());
+    for (std::size_t i = 0; i < locals.size(); ++i) {
+      inbound_[i].from = segments_.inbound(i);
+      inbound_[i].unexpected.reserve(shape_.slots);
+      if (locals[i] != rank) outbound_[i].to = segments_.outbound(i);
     }
   }
-  local_mailboxes(const local_mailboxes&) = delete;
-  local_mailboxes& operator=(const local_mailboxes&) = delete;
 
-  ~local_mailboxes() { unlink_own(); }  // the segments unmap with their last user
-
-  int rank() const { return rank_; }
+  int rank() const { return segments_.rank(); }
   /// The ranks on this host, this one included, in rank order.
-  const std::vector<int>& local_ranks() const { return locals_; }
-
+  const std::vector<int>& local_ranks() const { return segments_.local_ranks(); }
   /// Whether `peer` is another rank on this host.
-  bool reaches(int peer) const {
-    return peer != rank_ && peer >= 0 && peer < size_ && local_index_[std::size_t(peer)] >= 0;
-  }
+  bool reaches(int peer) const { return segments_.reaches(peer); }
+  std::size_t payload_bytes() const { return shape_.payload_bytes; }
+  std::size_t slots() const { return shape_.slots; }
 
-  /// Copies `bytes` (at most payload_bytes) into the next slot of the ring to `peer`, with
-  /// a match tag and 64 bits of immediate data. False when that slot is still taken (the
-  /// ring is full): retry later.
+  /// Copies `bytes` (at most payload_bytes()) into the next slot of the ring to `peer`,
+  /// with a match tag and 64 bits of immediate data. False when that slot is still taken
+  /// (the ring is full): retry later.
   [[nodiscard]] bool try_send(int peer, std::uint64_t tag, std::uint64_t data, const void* src, std::size_t bytes) {
-    if (!reaches(peer) || bytes > payload_bytes)
+    if (!reaches(peer) || bytes > shape_.payload_bytes)
       throw error(errc::invalid_argument,
-                  describe({.rank = rank_, .peer = peer, .operation = "mailbox send", .bytes = std::int64_t(bytes)},
-                           reaches(peer) ? "more than the " + std::to_string(payload_bytes) + " bytes a slot holds"
+                  describe({.rank = rank(), .peer = peer, .operation = "mailbox send", .bytes = std::int64_t(bytes)},
+                           reaches(peer) ? "more than the " + std::to_string(shape_.payload_bytes) + " bytes a slot holds"
                                          : "the peer is not on this host"));
-    sender& out = outbound_[std::size_t(local_index_[std::size_t(peer)])];
-    slot_type& slot = out.to->slot[out.sent % slots];
+    sender& out = outbound_[segments_.local_index(peer)];
+    slot_header& slot = slot_at(out.to, out.sent % shape_.slots);
     if (slot.sequence.load(std::memory_order_acquire) != 0) return false;
     slot.tag = tag;
     slot.data = data;
     slot.bytes = bytes;
-    if (bytes) std::memcpy(slot.payload, src, bytes);
+    if (bytes) std::memcpy(payload_of(slot), src, bytes);
     slot.sequence.store(++out.sent, std::memory_order_release);
     return true;
   }
 
-  /// Takes the earliest message from `peer` whose tag is `tag`, in whatever order messages
-  /// of other tags arrived: copies at most `capacity` bytes of it into `dst`, sets
-  /// `*bytes` to the length sent (more than `capacity` means truncated) and `*data`, and
-  /// frees its slot. False when there is none yet.
-  [[nodiscard]] bool try_receive(int peer, std::uint64_t tag, void* dst, std::size_t capacity, std::size_t* bytes,
-                                 std::uint64_t* data) {
-    if (!reaches(peer))
-      throw error(errc::invalid_argument,
-                  describe({.rank = rank_, .peer = peer, .operation = "mailbox receive"}, "the peer is not on this host"));
-    receiver& in = inbound_[std::size_t(local_index_[std::size_t(peer)])];
+  /// The earliest message from `peer` whose tag is `tag`, in whatever order messages of
+  /// other tags arrived, left where it lies until take(peer), which must come before any
+  /// other call about `peer`. Null when there is none yet.
+  [[nodiscard]] const message* try_peek(int peer, std::uint64_t tag) {
+    return try_peek_if(peer, [tag](std::uint64_t t) { return t == tag; });
+  }
+
+  /// As try_peek, for the earliest message whose tag satisfies `wanted(tag)`: one look
+  /// serves many receives. Messages ahead of it that nobody wants are set aside.
+  template <class Pred>
+  [[nodiscard]] const message* try_peek_if(int peer, Pred wanted) {
+    receiver& in = inbound(peer, "mailbox receive");
     // Messages set aside earlier came before any still in the ring.
-    for (auto it = in.unexpected.begin(); it != in.unexpected.end(); ++it)
-      if (it->tag == tag) {
-        deliver(it->bytes, it->data, it->payload, dst, capacity, bytes, data);
-        in.unexpected.erase(it);
-        return true;
+    for (std::size_t k = 0; k < in.unexpected.size(); ++k)
+      if (const held& m = in.unexpected[k]; wanted(m.tag)) {
+        in.peeked = {m.payload.data(), static_cast<std::size_t>(m.bytes), m.data};
+        in.peeked_at = k;
+        return &in.peeked;
       }
     // At most one ring's worth a call, so that a fast sender cannot keep it here.
-    for (std::size_t k = 0; k < slots; ++k) {
-      slot_type* slot = arrived(in, peer);
-      if (!slot) return false;
-      if (slot->tag == tag) {
-        deliver(slot->bytes, slot->data, slot->payload, dst, capacity, bytes, data);
-        release(in, *slot);
-        return true;
+    for (std::size_t k = 0; k < shape_.slots; ++k) {
+      slot_header* slot = arrived(in, peer);
+      if (!slot) return nullptr;
+      if (wanted(slot->tag)) {
+        in.peeked = {payload_of(*slot), static_cast<std::size_t>(slot->bytes), slot->data};
+        in.peeked_at = in_ring;
+        return &in.peeked;
       }
       set_aside(in, *slot);
     }
-    return false;
+    return nullptr;
+  }
+
+  /// Frees the message try_peek(peer, ...) returned.
+  void take(int peer) {
+    receiver& in = inbound(peer, "mailbox receive");
+    if (in.peeked_at == in_ring) {
+      release(in, slot_at(in.from, in.taken % shape_.slots));
+    } else {
+      in.spare.push_back(std::move(in.unexpected[in.peeked_at].payload));
+      in.unexpected.erase(in.unexpected.begin() + static_cast<std::ptrdiff_t>(in.peeked_at));
+    }
+    in.peeked_at = in_ring;
+  }
+
+  /// Takes the earliest message from `peer` whose tag is `tag` (as try_peek): copies at
+  /// most `capacity` bytes of it into `dst`, sets `*bytes` to the length sent (more than
+  /// `capacity` means truncated) and `*data`, and frees it. False when there is none yet.
+  [[nodiscard]] bool try_receive(int peer, std::uint64_t tag, void* dst, std::size_t capacity, std::size_t* bytes,
+                                 std::uint64_t* data) {
+    const message* m = try_peek(peer, tag);
+    if (!m) return false;
+    *bytes = m->bytes;
+    *data = m->data;
+    // The length comes from another process: never copy past a slot.
+    if (const std::size_t n = std::min({m->bytes, capacity, shape_.payload_bytes})) std::memcpy(dst, m->payload, n);
+    take(peer);
+    return true;
   }
 
   /// Frees every message waiting from `peer` (every local peer when `peer` < 0) whose tag
@@ -178,240 +169,118 @@ class local_mailboxes {
   template <class Pred>
   std::size_t discard_if(int peer, Pred pred) {
     std::size_t freed = 0;
+    const auto& locals = segments_.local_ranks();
     for (std::size_t i = 0; i < inbound_.size(); ++i) {
-      const int from = locals_[i];
-      if (from == rank_ || (peer >= 0 && from != peer)) continue;
+      const int from = locals[i];
+      if (from == rank() || (peer >= 0 && from != peer)) continue;
       receiver& in = inbound_[i];
-      while (slot_type* slot = arrived(in, from)) set_aside(in, *slot);
+      while (slot_header* slot = arrived(in, from)) set_aside(in, *slot);
       const auto before = in.unexpected.size();
-      std::erase_if(in.unexpected, [&](const held& m) { return pred(m.tag); });
+      std::erase_if(in.unexpected, [&](held& m) {
+        if (!pred(m.tag)) return false;
+        in.spare.push_back(std::move(m.payload));
+        return true;
+      });
       freed += before - in.unexpected.size();
     }
     return freed;
   }
 
-  /// This host's identity: ranks whose identities are equal can share memory. The boot id
-  /// tells apart machines that share a hostname; /dev/shm's device tells apart containers
-  /// that share a kernel but not their shared memory.
-  static std::string detect_host_identity() {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    std::string id = host;
-    std::ifstream boot("/proc/sys/kernel/random/boot_id");
-    std::string boot_id;
-    std::getline(boot, boot_id);
-    id += " boot:" + boot_id;
-    struct stat st {};
-    if (::stat("/dev/shm", &st) == 0)
-      id += " shm:" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
-    else  // no /dev/shm, no sharing: an identity nobody else has
-      id += " alone:" + std::to_string(::getpid()) + ":" + std::to_string(nonce());
-    return id;
-  }
+  /// This host's identity (host_segments::detect_host_identity).
+  static std::string detect_host_identity() { return host_segments::detect_host_identity(); }
 
  private:
   // The sequence word and header share the payload's first cache line: a message of up
   // to 32 bytes is one line.
-  struct alignas(64) slot_type {
+  struct slot_header {
     std::atomic<std::uint64_t> sequence;  // 0: free; else the message's number, from 1
     std::uint64_t tag;
     std::uint64_t data;
     std::uint64_t bytes;
-    std::byte payload[payload_bytes];
   };
-  struct ring {
-    slot_type slot[slots];
-  };
+  static constexpr std::size_t header_bytes = 32;
+  static_assert(sizeof(slot_header) == header_bytes, "A slot's first line should hold 32 payload bytes.");
   static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
                 "Shared-memory mailboxes need lock-free (address-free) 64-bit atomics.");
-  static_assert(offsetof(slot_type, payload) == 32, "A slot's first line should hold 32 payload bytes.");
-  static_assert(payload_bytes % 64 == 0 && sizeof(ring) % 64 == 0);
 
   /// A message taken out of the ring ahead of its receive.
   struct held {
     std::uint64_t tag, data, bytes;
-    std::byte payload[payload_bytes];
+    std::vector<std::byte> payload;
   };
-
-  static constexpr std::uint64_t magic = 0x6d696d6174726978;  // "mimatrix"
-  struct alignas(64) segment_header {
-    std::uint64_t magic;
-    std::uint64_t rings;
-  };
-
-  /// One mapping of a segment, shared by the ranks of this process that use it.
-  struct mapping {
-    std::string name;
-    std::byte* base = nullptr;
-    std::size_t bytes = 0;
-    ~mapping() {
-      {
-        std::lock_guard lock(registry().mutex);
-        if (auto it = registry().segments.find(name); it != registry().segments.end() && it->second.expired())
-          registry().segments.erase(it);
-      }
-      ::munmap(base, bytes);
-    }
-  };
-  // Threads as ranks map each segment once: fewer mappings, and ThreadSanitizer, which
-  // tracks virtual addresses, sees the rings' synchronization.
-  struct mapping_registry {
-    std::mutex mutex;
-    std::map<std::string, std::weak_ptr<mapping>> segments;
-  };
-  static mapping_registry& registry() {
-    static mapping_registry instance;
-    return instance;
-  }
 
   struct sender {
-    ring* to = nullptr;
-    std::uint64_t sent = 0;  // messages sent: the next goes to slot sent % slots
+    std::byte* to = nullptr;  // the ring, in the receiver's segment
+    std::uint64_t sent = 0;   // messages sent: the next goes to slot sent % slots
   };
+  static constexpr std::size_t in_ring = ~std::size_t(0);
   struct receiver {
-    ring* from = nullptr;
-    std::uint64_t taken = 0;     // messages taken out of the ring
-    std::vector<held> unexpected;  // in arrival order
+    std::byte* from = nullptr;      // the ring, in this rank's segment
+    std::uint64_t taken = 0;        // messages taken out of the ring
+    std::vector<held> unexpected;   // in arrival order
+    std::vector<std::vector<std::byte>> spare;  // payload buffers to reuse
+    message peeked{};
+    std::size_t peeked_at = in_ring;  // index into unexpected, or in_ring
   };
 
+  static geometry checked(geometry g) {
+    if (g.slots == 0 || g.payload_bytes == 0)
+      throw error(errc::invalid_argument, "local mailboxes: a ring needs at least one slot of at least one byte (got " +
+                                              std::to_string(g.slots) + " slots of " + std::to_string(g.payload_bytes) +
+                                              " bytes)");
+    return g;
+  }
+  static std::uint64_t layout_of(const geometry& g) { return std::uint64_t(g.payload_bytes) << 20 | g.slots; }
+
+  slot_header& slot_at(std::byte* ring, std::size_t i) const {
+    return *std::launder(reinterpret_cast<slot_header*>(ring + i * stride_));
+  }
+  static std::byte* payload_of(slot_header& slot) { return reinterpret_cast<std::byte*>(&slot) + header_bytes; }
+
+  receiver& inbound(int peer, const char* operation) {
+    if (!reaches(peer))
+      throw error(errc::invalid_argument,
+                  describe({.rank = rank(), .peer = peer, .operation = operation}, "the peer is not on this host"));
+    return inbound_[segments_.local_index(peer)];
+  }
+
   /// The next message of `in`'s ring, or null when it has not arrived.
-  slot_type* arrived(receiver& in, int peer) const {
-    slot_type& slot = in.from->slot[in.taken % slots];
+  slot_header* arrived(receiver& in, int peer) const {
+    slot_header& slot = slot_at(in.from, in.taken % shape_.slots);
     const std::uint64_t s = slot.sequence.load(std::memory_order_acquire);
     if (s == 0) return nullptr;
     if (s != in.taken + 1)  // only a foreign write into the segment gets here
-      throw error(errc::transport, describe({.rank = rank_, .peer = peer, .operation = "mailbox receive"},
-                                            "slot " + std::to_string(in.taken % slots) + " holds message " +
+      throw error(errc::transport, describe({.rank = rank(), .peer = peer, .operation = "mailbox receive"},
+                                            "slot " + std::to_string(in.taken % shape_.slots) + " holds message " +
                                                 std::to_string(s) + " where " + std::to_string(in.taken + 1) +
                                                 " was expected: the shared ring is corrupt"));
     return &slot;
   }
 
-  static void release(receiver& in, slot_type& slot) {
+  static void release(receiver& in, slot_header& slot) {
     slot.sequence.store(0, std::memory_order_release);
     ++in.taken;
   }
 
-  static void set_aside(receiver& in, slot_type& slot) {
+  void set_aside(receiver& in, slot_header& slot) {
     held& m = in.unexpected.emplace_back();
     m.tag = slot.tag;
     m.data = slot.data;
     m.bytes = slot.bytes;
-    if (const std::size_t n = std::min<std::size_t>(m.bytes, payload_bytes)) std::memcpy(m.payload, slot.payload, n);
+    if (!in.spare.empty()) {
+      m.payload = std::move(in.spare.back());
+      in.spare.pop_back();
+    }
+    m.payload.resize(std::min<std::size_t>(m.bytes, shape_.payload_bytes));
+    if (!m.payload.empty()) std::memcpy(m.payload.data(), payload_of(slot), m.payload.size());
     release(in, slot);
   }
 
-  /// Hands a message to the caller. The length comes from another process: never copy
-  /// past a slot.
-  static void deliver(std::uint64_t sent, std::uint64_t data, const std::byte* payload, void* dst, std::size_t capacity,
-                      std::size_t* bytes, std::uint64_t* data_out) {
-    *bytes = static_cast<std::size_t>(sent);
-    *data_out = data;
-    if (const std::size_t n = std::min({static_cast<std::size_t>(sent), capacity, payload_bytes}))
-      std::memcpy(dst, payload, n);
-  }
-
-  static std::size_t segment_bytes(std::size_t rings) { return sizeof(segment_header) + rings * sizeof(ring); }
-  static ring* ring_at(std::byte* base, std::size_t index) {
-    return reinterpret_cast<ring*>(base + sizeof(segment_header) + index * sizeof(ring));
-  }
-
-  static std::uint64_t nonce() {
-    std::random_device device;
-    const std::uint64_t r = (std::uint64_t(device()) << 32) ^ device();
-    return r ^ (std::uint64_t(::getpid()) << 20) ^
-           std::uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
-
-  [[noreturn]] void fail(int peer, const std::string& call, int e) const {
-    throw error(errc::transport, describe({.rank = rank_, .peer = peer, .operation = "local mailboxes"},
-                                          call + " failed: " + bootstrap::detail::errno_text(e)));
-  }
-
-  void create_own_segment(const std::string& prefix) {
-    // The prefix may hold '/' and more; keep a readable, name-safe part of it.
-    std::string readable;
-    for (char c : prefix.substr(0, 64))
-      readable += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
-    const std::size_t bytes = segment_bytes(locals_.size());
-    bootstrap::detail::unique_fd fd;
-    for (int attempt = 0; !fd; ++attempt) {
-      char hex[17];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(nonce()));
-      own_name_ = "/mimatrix-mb-" + readable + "-r" + std::to_string(rank_) + "-" + hex;
-      fd.reset(::shm_open(own_name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-      if (!fd && (errno != EEXIST || attempt == 3)) fail(-1, "shm_open('" + own_name_ + "')", errno);
-    }
-    created_ = true;
-    if (::ftruncate(fd.get(), off_t(bytes)) != 0) fail(-1, "ftruncate('" + own_name_ + "', " + std::to_string(bytes) + ")", errno);
-    // Reserve the pages now: a full /dev/shm then fails here, not with SIGBUS on first touch.
-    if (const int e = ::posix_fallocate(fd.get(), 0, off_t(bytes)); e != 0)
-      fail(-1, "posix_fallocate('" + own_name_ + "', " + std::to_string(bytes) + ")", e);
-    auto m = map_fd(fd.get(), own_name_, bytes, -1);
-    new (m->base) segment_header{magic, locals_.size()};
-    for (std::size_t i = 0; i < locals_.size(); ++i) new (ring_at(m->base, i)) ring;  // sequences 0: all free
-    segments_.push_back(std::move(m));
-  }
-
-  std::shared_ptr<mapping> map_segment(const std::string& name, int peer) {
-    {
-      std::lock_guard lock(registry().mutex);
-      if (auto it = registry().segments.find(name); it != registry().segments.end())
-        if (auto shared = it->second.lock()) return shared;
-    }
-    bootstrap::detail::unique_fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
-    if (!fd) fail(peer, "shm_open('" + name + "')", errno);
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) fail(peer, "fstat('" + name + "')", errno);
-    const std::size_t bytes = segment_bytes(locals_.size());
-    if (std::size_t(st.st_size) != bytes)
-      throw error(errc::transport, describe({.rank = rank_, .peer = peer, .operation = "local mailboxes"},
-                                            "segment '" + name + "' holds " + std::to_string(st.st_size) +
-                                                " bytes, not the " + std::to_string(bytes) + " of " +
-                                                std::to_string(locals_.size()) + " rings: the ranks disagree on who shares this host"));
-    auto m = map_fd(fd.get(), name, bytes, peer);
-    const auto* header = reinterpret_cast<const segment_header*>(m->base);
-    if (header->magic != magic || header->rings != locals_.size())
-      throw error(errc::transport, describe({.rank = rank_, .peer = peer, .operation = "local mailboxes"},
-                                            "segment '" + name + "' is not a mailbox segment of " +
-                                                std::to_string(locals_.size()) + " rings"));
-    return m;
-  }
-
-  std::shared_ptr<mapping> map_fd(int fd, const std::string& name, std::size_t bytes, int peer) {
-    void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) fail(peer, "mmap('" + name + "', " + std::to_string(bytes) + " bytes)", errno);
-    auto m = std::make_shared<mapping>();
-    m->name = name;
-    m->base = static_cast<std::byte*>(base);
-    m->bytes = bytes;
-    std::lock_guard lock(registry().mutex);
-    registry().segments[name] = m;
-    return m;
-  }
-
-  void unlink_own() noexcept {
-    if (created_) ::shm_unlink(own_name_.c_str());
-    created_ = false;
-  }
-
-  static std::vector<std::byte> to_bytes(const std::string& s) {
-    std::vector<std::byte> v(s.size());
-    if (!s.empty()) std::memcpy(v.data(), s.data(), s.size());
-    return v;
-  }
-  static std::string to_string(const std::vector<std::byte>& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size());
-  }
-
-  int rank_, size_;
-  std::vector<int> local_index_;  // per rank: its index among this host's ranks, or -1
-  std::vector<int> locals_;       // this host's ranks, in rank order
-  std::vector<std::shared_ptr<mapping>> segments_;  // [0]: this rank's own
-  std::vector<receiver> inbound_;  // per local index: the ring from that rank, in our segment
-  std::vector<sender> outbound_;  // per local index: the ring to that rank, in its segment
-  std::string own_name_;
-  bool created_ = false;
+  geometry shape_;
+  std::size_t stride_;  // bytes a slot: header and payload, in whole cache lines
+  host_segments segments_;
+  std::vector<receiver> inbound_;  // per local index: the ring from that rank
+  std::vector<sender> outbound_;   // per local index: the ring to that rank
 };
 
 }  // namespace mimatrix::transport::detail
