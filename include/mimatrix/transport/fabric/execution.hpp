@@ -86,11 +86,11 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
     if (ep_->any_failure()) {  // late messages of failed calls
       const auto now = static_cast<std::uint32_t>(sig_.sequence) & wire::sequence_mask;
-      for (local_mailboxes* box : {small_, bulk_})
-        if (box)
-          box->discard_if(-1, [&](std::uint64_t tag) {
-            return wire::earlier(static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits), now);
-          });
+      each_box([&](local_mailboxes& box) {
+        box.discard_if(-1, [&](std::uint64_t tag) {
+          return wire::earlier(static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits), now);
+        });
+      });
     }
     if (one_sided_)
       use_window();
@@ -381,8 +381,14 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   /// ring (its peer blocked sending into the ring this rank does not read yet): set
   /// everything that arrived aside, so every ring has room again.
   void unblock_rings() {
+    each_box([](local_mailboxes& box) { box.discard_if(-1, [](std::uint64_t) { return false; }); });
+  }
+
+  /// Calls `f` with each mailbox this endpoint has.
+  template <class F>
+  void each_box(F f) {
     for (local_mailboxes* box : {small_, bulk_})
-      if (box) (void)box->discard_if(-1, [](std::uint64_t) { return false; });
+      if (box) f(*box);
   }
 
   // ---- one-sided steps -------------------------------------------------------------
@@ -650,8 +656,9 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     message_ = std::move(message);
     // This call's messages still waiting would only fill the rings.
     const std::uint64_t mine = wire::data_tag(0, sig_.sequence, 0) & call_bits;
-    for (local_mailboxes* box : {small_, bulk_})
-      if (box) box->discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
+    each_box([&](local_mailboxes& box) {
+      box.discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
+    });
     for (auto& s : state_) {
       if (!s.request) continue;
       fi_cancel(&ep_->ep()->fid, &s.request->ctx);
