@@ -290,6 +290,7 @@ class fabric_endpoint {
 
   /// Reads the completion queue once and dispatches what it found; true if anything did.
   bool progress() {
+    if (!backlog_.empty() && retry_controls()) return true;
     fi_cq_tagged_entry entries[16];
     const ssize_t n = fi_cq_read(cq_, entries, 16);
     if (n > 0) {
@@ -320,10 +321,17 @@ class fabric_endpoint {
   /// Records the failure of call `sequence` and tells every other rank.
   void announce_failure(std::uint64_t sequence, errc code, const std::string& message) {
     failures_.emplace(sequence, fabric_failure{code, message});
-    wire::control_message m{wire::control_type::abort, code, rank_, sequence, message};
-    const auto until = clock::now() + std::chrono::milliseconds(500);
+    const auto now = clock::now();
     for (int peer = 0; peer < size_; ++peer)
-      if (peer != rank_) send_control(peer, m, until);
+      if (peer != rank_) send_abort(peer, sequence, code, message, now + control_patience);
+    // Most callers leave soon after a failure: push the news out before returning to them.
+    while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
+      if (!progress()) std::this_thread::yield();
+  }
+
+  /// Tells one rank that call `sequence` failed; it passes the news on (relay).
+  void send_abort(int peer, std::uint64_t sequence, errc code, const std::string& message, clock::time_point until) {
+    send_control(peer, {wire::control_type::abort, code, rank_, sequence, message}, until);
   }
 
   /// Pings every other rank and waits up to `grace` for the answers; returns the ranks
@@ -348,6 +356,8 @@ class fabric_endpoint {
 
  private:
   static constexpr int control_receives = 8;
+  /// How long a control message the provider pushes back is retried.
+  static constexpr std::chrono::milliseconds control_patience{2000};
 
   // ---- set-up --------------------------------------------------------------------
 
@@ -493,29 +503,65 @@ class fabric_endpoint {
     check_fabric_call(ret, "fi_trecv(control)", provider_, {rank_});
   }
 
-  /// Best effort until `until`: a dead peer's queue may never drain.
+  /// Posts a control message, or keeps it for progress() to retry until `until` when the
+  /// provider pushes back (tcp;ofi_rxm answers -FI_EAGAIN until a new connection is up,
+  /// which can take longer than a caller should spin). A dead peer's message is dropped
+  /// at `until`.
   void send_control(int peer, const wire::control_message& m, clock::time_point until) {
     fabric_request* r = acquire(nullptr, 0);
     r->what = fabric_request::purpose::control_send;
     r->payload.resize(wire::control_message::capacity);
     const std::size_t len = m.encode(r->payload.data());
-    ssize_t ret;
-    while ((ret = fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)],
-                           wire::control_tag(rank_), &r->ctx)) == -FI_EAGAIN &&
-           clock::now() < until)
-      progress();
-    if (ret != 0) release(r);  // never posted
+    const ssize_t ret = post_control(r, peer, len);
+    if (ret == -FI_EAGAIN)
+      backlog_.push_back({r, peer, len, until});
+    else if (ret != 0)
+      release(r);  // the peer is unreachable; a liveness probe will say so
+  }
+
+  ssize_t post_control(fabric_request* r, int peer, std::size_t len) {
+    return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
+                    &r->ctx);
+  }
+
+  /// Retries the control messages the provider pushed back; true if any went out.
+  bool retry_controls() {
+    const auto now = clock::now();
+    bool posted = false;
+    std::size_t kept = 0;
+    for (const queued_control& q : backlog_) {
+      const ssize_t ret = post_control(q.request, q.peer, q.bytes);
+      if (ret == -FI_EAGAIN && now < q.until) {
+        backlog_[kept++] = q;
+        continue;
+      }
+      if (ret == 0)
+        posted = true;
+      else
+        release(q.request);
+    }
+    backlog_.resize(kept);
+    return posted;
+  }
+
+  /// Passes a failure this rank just learned of to the others: the link from the rank
+  /// that found it may be the broken one (a provider can drop a connection that carried
+  /// an oversized message), and every rank must still hear of it.
+  void relay(const wire::control_message& m) {
+    const auto until = clock::now() + control_patience;
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_ && peer != m.source) send_control(peer, m, until);
   }
 
   void on_control(const wire::control_message& m) {
     switch (m.type) {
       case wire::control_type::abort:
-        failures_.emplace(m.value, fabric_failure{m.code, m.text});
+        if (failures_.emplace(m.value, fabric_failure{m.code, m.text}).second) relay(m);
         break;
       case wire::control_type::ping:
         if (m.source >= 0 && m.source < size_)
           send_control(m.source, {wire::control_type::pong, errc::aborted, rank_, m.value, {}},
-                       clock::now() + std::chrono::milliseconds(100));
+                       clock::now() + control_patience);
         break;
       case wire::control_type::pong:
         if (m.source >= 0 && m.source < size_)
@@ -604,6 +650,7 @@ class fabric_endpoint {
 
   void close() noexcept {
     closing_ = true;
+    backlog_.clear();
     if (ep_) fi_close(&ep_->fid);
     mr_.reset();
     window_.reset();
@@ -649,6 +696,13 @@ class fabric_endpoint {
   std::size_t orphans_ = 0;
   std::vector<std::unique_ptr<fabric_workspace>> workspaces_, retired_;
   std::map<std::uint64_t, fabric_failure> failures_;
+  struct queued_control {
+    fabric_request* request;
+    int peer;
+    std::size_t bytes;
+    clock::time_point until;
+  };
+  std::vector<queued_control> backlog_;  // control messages the provider pushed back
   std::vector<std::uint64_t> pongs_;
   std::uint64_t nonce_ = 0;
 };
