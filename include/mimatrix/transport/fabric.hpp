@@ -114,6 +114,16 @@ class fabric {
   /// Buffers registered so far, and lookups the cache answered (FI_MR_LOCAL providers).
   std::size_t registrations() const { return endpoint_->registrations().registrations(); }
   std::size_t registration_hits() const { return endpoint_->registrations().hits(); }
+  /// Registrations the cache holds now.
+  std::size_t live_registrations() const { return endpoint_->registrations().live(); }
+
+  /// Tells the registration cache that [data, data + bytes) is about to be freed (as
+  /// ncclCommDeregister): its registrations are dropped, so memory allocated later at
+  /// the same address is registered afresh instead of reaching the provider's old pages.
+  /// Needed only by providers that register buffers (FI_MR_LOCAL: verbs, efa) and only
+  /// for memory that is freed while the communicator lives. Returns the registrations
+  /// dropped; those a call in flight may use are closed when it ends.
+  std::size_t deregister(const void* data, std::size_t bytes) { return endpoint_->forget_registrations(data, bytes); }
   /// Each half of the RMA window all ranks share (0: none; one-sided steps become messages).
   std::size_t window_bytes() const { return endpoint_->window_half_bytes(); }
   /// Calls that ran their one-sided steps as RMA writes.

@@ -267,6 +267,7 @@ class fabric_endpoint {
   // ---- workspaces ----------------------------------------------------------------
 
   std::unique_ptr<fabric_workspace> take_workspace() {
+    ++calls_in_flight_;
     if (workspaces_.empty()) return std::make_unique<fabric_workspace>();
     auto w = std::move(workspaces_.back());
     workspaces_.pop_back();
@@ -278,12 +279,23 @@ class fabric_endpoint {
     return w;
   }
   void give_workspace(std::unique_ptr<fabric_workspace> w) {
-    if (w) workspaces_.push_back(std::move(w));
+    if (!w) return;
+    workspaces_.push_back(std::move(w));
+    // Registrations set aside while calls were in flight can go now.
+    if (--calls_in_flight_ == 0 && orphans_ == 0) mr_->trim();
   }
   /// The workspace of a failed call whose orphans may still write its memory: kept until
   /// the endpoint closes, never reused.
   void retire_workspace(std::unique_ptr<fabric_workspace> w) {
-    if (w) retired_.push_back(std::move(w));
+    if (!w) return;
+    retired_.push_back(std::move(w));
+    --calls_in_flight_;
+  }
+
+  /// Drops the registrations over [data, data + bytes) (fabric::deregister). Those a call
+  /// in flight or a failed call's request may still use are closed once none can.
+  std::size_t forget_registrations(const void* data, std::size_t bytes) {
+    return mr_->forget(data, bytes, calls_in_flight_ > 0 || orphans_ > 0);
   }
 
   // ---- progress ------------------------------------------------------------------
@@ -694,6 +706,7 @@ class fabric_endpoint {
   std::vector<std::unique_ptr<fabric_request>> all_;
   std::vector<fabric_request*> free_;
   std::size_t orphans_ = 0;
+  std::size_t calls_in_flight_ = 0;  // workspaces taken and not yet given back
   std::vector<std::unique_ptr<fabric_workspace>> workspaces_, retired_;
   std::map<std::uint64_t, fabric_failure> failures_;
   struct queued_control {

@@ -96,6 +96,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       use_window();
     else
       mem_.scratch = ws_->scratch.reserve(plan_->scratch_bytes);
+    register_whole_buffers();
     if (auto f = ep_->failure(sig_.sequence)) {
       fail_from(*f);
       return;
@@ -670,6 +671,17 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     while (ep_->orphans() && clock::now() < until)
       if (!ep_->progress()) std::this_thread::yield();
     give_back_memory();
+  }
+
+  /// Providers that need registered memory get each buffer whole, once: the chunks then
+  /// find it in the cache instead of registering pages one chunk at a time.
+  void register_whole_buffers() {
+    registration_cache& mr = ep_->registrations();
+    if (!mr.required()) return;
+    mr.descriptor(mem_.input, plan_->desc.input_bytes());
+    mr.descriptor(mem_.output, plan_->desc.output_bytes());
+    mr.descriptor(mem_.scratch, plan_->scratch_bytes);
+    mr.descriptor(staging_, slot_bytes_ * free_slots_.size());
   }
 
   /// Returns the call's memory to the endpoint; the call touches none of it afterwards.

@@ -17,9 +17,9 @@
 namespace mimatrix::transport::detail {
 
 /// Registrations of host memory keyed by address range; a lookup inside a registered
-/// range reuses it. Entries stay until the cache is destroyed or trimmed, so a buffer
-/// the application frees and reallocates at the same address is registered again only
-/// if it grew (the provider pins the pages it registered).
+/// range reuses it. Entries stay until the cache is destroyed or the application
+/// forgets a range (fabric::deregister): a buffer freed and reallocated at the same
+/// address would otherwise be found again while the provider still holds the old pages.
 ///
 /// @par Thread Safety
 /// Used by the one thread that drives its endpoint.
@@ -66,13 +66,41 @@ class registration_cache {
 
   std::size_t registrations() const { return registrations_; }
   std::size_t hits() const { return hits_; }
+  /// Registrations the cache holds now (each covers one or more buffers).
+  std::size_t live() const { return entries_.size(); }
+
+  /// Drops every registration that overlaps [data, data + bytes); the next use of those
+  /// pages registers them again. Returns how many were dropped. The caller has no call
+  /// in flight over them; `in_use` says a failed call's requests may still be with the
+  /// provider, whose registrations are then closed only once they are gone (`trim`).
+  std::size_t forget(const void* data, std::size_t bytes, bool in_use) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
+    std::size_t dropped = 0;
+    for (auto it = entries_.begin(); it != entries_.end() && it->first < end;) {
+      if (it->second.end <= begin) {
+        ++it;
+        continue;
+      }
+      retired_.push_back(it->second.mr);
+      it = entries_.erase(it);
+      ++dropped;
+    }
+    if (!in_use) trim();
+    return dropped;
+  }
+
+  /// Closes the registrations set aside by `forget` or by a grown buffer; only when no
+  /// request that may use them is with the provider.
+  void trim() {
+    for (fid_mr* mr : retired_) fi_close(&mr->fid);
+    retired_.clear();
+  }
 
   /// Releases every registration; only when nothing is in flight.
   void clear() {
     for (auto& [start, e] : entries_) fi_close(&e.mr->fid);
-    for (fid_mr* mr : retired_) fi_close(&mr->fid);
     entries_.clear();
-    retired_.clear();
+    trim();
   }
 
  private:
