@@ -70,9 +70,9 @@ class registration_cache {
   std::size_t live() const { return entries_.size(); }
 
   /// Drops every registration that overlaps [data, data + bytes); the next use of those
-  /// pages registers them again. Returns how many were dropped. The caller has no call
-  /// in flight over them; `in_use` says a failed call's requests may still be with the
-  /// provider, whose registrations are then closed only once they are gone (`trim`).
+  /// pages registers them again. Returns how many were dropped. `in_use`: a call in
+  /// flight or a failed call's request may still use them, so they are closed later
+  /// (`trim`), once none can.
   std::size_t forget(const void* data, std::size_t bytes, bool in_use) {
     const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
     std::size_t dropped = 0;
