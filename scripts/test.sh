@@ -1,22 +1,48 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: install build dependencies, then configure, build
-# and test the `default` preset, then the sanitizer presets `asan-ubsan` and `tsan`.
+# and test each preset in turn (default, clang, asan-ubsan, tsan).
 #
-#   scripts/test.sh [preset...]     presets default to: default asan-ubsan tsan
+#   scripts/test.sh [--all] [preset...]
+#
+# Without --all, the quick tier (what CI runs, about 25 minutes on 2 cores): the default
+# build's tests, the clang build (built and its quick tests run), and a subset under the
+# sanitizers that reaches every execution path. --all builds and runs the long tier too:
+# the full numeric grids and the sanitizers over every unit test (test/CMakeLists.txt).
 #
 # MIMATRIX_JOBS sets build parallelism (default 2). Build directories (build/<preset>) are
 # reused, so a second run rebuilds only what changed. Exits non-zero on the first failure.
+# Prints each stage's time, then every preset's ctest summary; the last line is their total.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 jobs=${MIMATRIX_JOBS:-2}
-presets=("$@")
-((${#presets[@]})) || presets=(default asan-ubsan tsan)
+long=OFF
+presets=()
+for arg in "$@"; do
+  case $arg in
+    --all) long=ON ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -*) echo "test.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+    *) presets+=("$arg") ;;
+  esac
+done
+((${#presets[@]})) || presets=(default clang asan-ubsan tsan)
 
 stage=""
+stage_started=$SECONDS
 started=$SECONDS
+times=()
+summaries=()
+total_tests=0
+total_failed=0
+end_stage() {
+  [[ -n $stage ]] && times+=("$(printf '%6ds  %s' $((SECONDS - stage_started)) "$stage")")
+  stage=""
+}
 begin() {
+  end_stage
   stage=$1
+  stage_started=$SECONDS
   printf '\n==> [%s] %s  (%ds elapsed)\n' "$(date +%H:%M:%S)" "$stage" $((SECONDS - started))
 }
 trap 'rc=$?; ((rc == 0)) || printf "\n==> FAILED (exit %d) in stage: %s\n" "$rc" "$stage" >&2' EXIT
@@ -64,11 +90,11 @@ CPP
 }
 
 begin "setup: scripts/setup-debian.sh"
-scripts/setup-debian.sh
+scripts/setup-debian.sh clang-16
 
 for preset in "${presets[@]}"; do
   begin "$preset: configure"
-  cmake --preset "$preset"
+  cmake --preset "$preset" -DMIMATRIX_LONG_TESTS=$long
 
   begin "$preset: build (-j$jobs)"
   cmake --build --preset "$preset" --parallel "$jobs"
@@ -84,8 +110,21 @@ for preset in "${presets[@]}"; do
   esac
 
   begin "$preset: test"
-  "${runner[@]}" ctest --preset "$preset"
+  log="build/$preset/ctest.log"
+  "${runner[@]}" ctest --preset "$preset" 2>&1 | tee "$log"
+  summary=$(grep -E '^[0-9]+% tests passed' "$log" | tail -n 1)
+  summaries+=("$preset: $summary")
+  if [[ $summary =~ ([0-9]+)\ tests\ failed\ out\ of\ ([0-9]+) ]]; then
+    total_failed=$((total_failed + BASH_REMATCH[1]))
+    total_tests=$((total_tests + BASH_REMATCH[2]))
+  fi
 done
+end_stage
 
 stage="done"
-printf '\n==> all passed: %s  (%ds)\n' "${presets[*]}" $((SECONDS - started))
+printf '\n==> stage times (%ds in all)\n' $((SECONDS - started))
+printf '%s\n' "${times[@]}"
+printf '\n==> every preset passed: %s (tier: %s)\n' "${presets[*]}" "$([[ $long == ON ]] && echo 'quick and long' || echo quick)"
+printf '%s\n' "${summaries[@]}"
+printf '%d%% tests passed, %d tests failed out of %d\n' \
+  $(( total_tests ? 100 * (total_tests - total_failed) / total_tests : 100 )) "$total_failed" "$total_tests"

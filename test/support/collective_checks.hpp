@@ -130,6 +130,15 @@ void check_broadcast(int p, std::size_t n, int root, std::uint64_t seed, const T
   }
 }
 
+/// The node size a hierarchical grid uses for a group of p: nodes of 2 for even groups,
+/// of 3 for odd multiples of 3; other odd groups alternate between one node of all ranks
+/// and one rank a node, so both degenerate shapes run.
+inline int hierarchical_node_size(int p) {
+  if (p % 2 == 0) return 2;
+  if (p % 3 == 0) return 3;
+  return p % 4 == 1 ? p : 1;
+}
+
 /// How far a grid goes: `full` adds the largest count (2^20 elements in all), which
 /// dominates the run time; other algorithms than the ring run `standard`.
 enum class extent { standard, full };

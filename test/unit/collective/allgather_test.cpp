@@ -8,15 +8,6 @@
 namespace mimatrix {
 namespace {
 
-class allgather_grid : public ::testing::TestWithParam<test::grid_param> {};
-
-TEST_P(allgather_grid, every_count_gathers_every_block) {
-  const auto [p, type] = GetParam();
-  test::allgather_grid(p, type, topology::ring{}, algorithm::ring{}, test::extent::full);
-}
-
-INSTANTIATE_TEST_SUITE_P(ring, allgather_grid, test::grid_params(), test::grid_param_name);
-
 TEST(allgather, tiny_chunks_pipeline_correctly) {
   for (int p : {2, 5})
     for (std::size_t n : {std::size_t(3), std::size_t(1001)})

@@ -13,15 +13,6 @@ namespace {
 
 using transport::inproc;
 
-class allreduce_grid : public ::testing::TestWithParam<test::grid_param> {};
-
-TEST_P(allreduce_grid, every_operation_and_count_matches_the_reference) {
-  const auto [p, type] = GetParam();
-  test::allreduce_grid(p, type, topology::ring{}, algorithm::ring{}, test::extent::full);
-}
-
-INSTANTIATE_TEST_SUITE_P(ring, allreduce_grid, test::grid_params(), test::grid_param_name);
-
 // Tiny chunks: many steps of every rank in flight at once, the pipelined path.
 TEST(allreduce, tiny_chunks_pipeline_correctly) {
   for (int p : {2, 3, 5, 8})

@@ -3,6 +3,9 @@
 // (*_grid_test.cpp) are left out to keep CI's time.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "mimatrix/algorithm/automatic.hpp"
 #include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/halving_doubling.hpp"
@@ -54,6 +57,60 @@ TEST(every_algorithm, automatic_on_a_ring_a_mesh_and_a_bigraph) {
   check_every_collective<topology::ring>(ring_of, algorithm::automatic{});
   check_every_collective<topology::mesh>([](int) { return topology::mesh{}; }, algorithm::automatic{});
   check_every_collective<topology::bigraph>([](int) { return topology::bigraph{}; }, algorithm::automatic{});
+}
+
+using hierarchical_nodes = topology::hierarchical<topology::ring, topology::ring>;
+using hierarchical_algorithm = algorithm::default_for<hierarchical_nodes>;
+
+// Flags carry the call's sequence number: back-to-back calls, where a fast rank's
+// writes for call k+1 arrive while a slow peer still runs call k, never mix.
+TEST(gdraa, repeated_calls_on_the_default_algorithm_stay_correct) {
+  const int p = 5;
+  transport::run_inproc(p, [&](int r, transport::inproc::world& w) {
+    communicator<transport::inproc> comm(w, r);
+    allreduce<transport::inproc, topology::mesh, reduce::sum<std::int32_t>> sum(comm);
+    for (int iteration = 0; iteration < 100; ++iteration) {
+      std::vector<std::int32_t> v(7 + iteration % 5, r + iteration);
+      sum(v);
+      for (auto x : v) ASSERT_EQ(x, p * iteration + p * (p - 1) / 2) << "rank " << r << " iteration " << iteration;
+    }
+  });
+}
+
+// allreduce<inproc, bigraph, sum<float>> picks HDRM; explicit shapes work too.
+TEST(hdrm, is_what_allreduce_on_bigraph_uses) {
+  const int p = 8;
+  transport::run_inproc(p, [&](int r, transport::inproc::world& w) {
+    communicator<transport::inproc> comm(w, r);
+    allreduce<transport::inproc, topology::bigraph, reduce::sum<std::int32_t>> sum(comm, topology::bigraph(4, 2));
+    std::vector<std::int32_t> v(37, r);
+    sum(v);
+    for (auto x : v) ASSERT_EQ(x, p * (p - 1) / 2) << "rank " << r;
+  });
+}
+
+// Nodes from host names, ranks scattered over them, and more than two ranks a node.
+TEST(hierarchical_collectives, nodes_from_host_names) {
+  const hierarchical_nodes hosts(std::vector<std::string>{"b", "a", "c", "a", "b", "c", "c", "a", "b", "a", "b", "c"});
+  for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(12), std::size_t(1001)}) {
+    test::check_allreduce<reduce::sum<std::int32_t>>(12, n, test::run_seed() + n, hosts, hierarchical_algorithm{});
+    test::check_allreduce<reduce::avg<float>>(12, n, test::run_seed() + n, hosts, hierarchical_algorithm{});
+    test::check_reduce_scatter<reduce::sum<std::int64_t>>(12, n, test::run_seed() + n, hosts, hierarchical_algorithm{});
+    test::check_allgather<std::uint8_t>(12, n, test::run_seed() + n, hosts, hierarchical_algorithm{});
+    test::check_broadcast<double>(12, n, 7, test::run_seed() + n, hosts, hierarchical_algorithm{});
+  }
+}
+
+// The composed type users name: the default algorithm of a hierarchical topology.
+TEST(hierarchical_collectives, the_default_algorithm_of_the_topology_is_used) {
+  const int p = 8;
+  transport::run_inproc(p, [&](int r, transport::inproc::world& w) {
+    communicator<transport::inproc> comm(w, r);
+    allreduce<transport::inproc, hierarchical_nodes, reduce::sum<std::int32_t>> sum(comm, hierarchical_nodes(4));
+    std::vector<std::int32_t> v(37, r);
+    sum(v);
+    for (auto x : v) ASSERT_EQ(x, p * (p - 1) / 2) << "rank " << r;
+  });
 }
 
 // The composed types users name pick the topology's own algorithm.

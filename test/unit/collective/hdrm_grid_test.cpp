@@ -34,17 +34,5 @@ TEST_P(hdrm_grid, broadcast) {
 
 INSTANTIATE_TEST_SUITE_P(hdrm, hdrm_grid, test::grid_params(test::grid_extent::spread), test::grid_param_name);
 
-// allreduce<inproc, bigraph, sum<float>> picks HDRM; explicit shapes work too.
-TEST(hdrm, is_what_allreduce_on_bigraph_uses) {
-  const int p = 8;
-  transport::run_inproc(p, [&](int r, transport::inproc::world& w) {
-    communicator<transport::inproc> comm(w, r);
-    allreduce<transport::inproc, topology::bigraph, reduce::sum<std::int32_t>> sum(comm, topology::bigraph(4, 2));
-    std::vector<std::int32_t> v(37, r);
-    sum(v);
-    for (auto x : v) ASSERT_EQ(x, p * (p - 1) / 2) << "rank " << r;
-  });
-}
-
 }  // namespace
 }  // namespace mimatrix

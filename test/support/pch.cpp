@@ -1,0 +1,2 @@
+// The translation unit that builds the tests' precompiled header (GoogleTest and the
+// standard library); every test binary reuses it.
