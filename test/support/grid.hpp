@@ -33,6 +33,15 @@ constexpr bool quick =
     false;
 #endif
 
+/// A build with the long tier (MIMATRIX_LONG_TESTS) widens the sweeps that its quick-tier
+/// binaries run too: the verifier's world sizes, for one.
+constexpr bool long_tier =
+#if defined(MIMATRIX_TEST_LONG)
+    true;
+#else
+    false;
+#endif
+
 /// How many world sizes a grid runs: every one from 1 to 16 (the ring's grid, the
 /// reference), or a spread (the other algorithms', whose schedules the symbolic verifier
 /// proves for every size: there the grid checks execution and arithmetic).
