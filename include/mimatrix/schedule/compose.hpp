@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -23,8 +24,9 @@ namespace mimatrix::schedule {
 /// One segment is a plain shift (`region_map::at`); several place blocks apart, e.g. the
 /// blocks of the ranks of one node, which need not be neighbours in the group's buffer.
 ///
-/// A sub-schedule region must lie inside one segment (neighbouring segments that are also
-/// neighbours in the host buffer are merged, so they count as one).
+/// A region translates when it lies inside one segment (neighbouring segments that are
+/// also neighbours in the host buffer are merged, so they count as one); `embed` stages a
+/// buffer whose sub-schedule issues regions across segments through contiguous scratch.
 ///
 /// @par Thread Safety
 /// A value type: distinct objects may be used from any threads; const use is safe.
@@ -69,15 +71,24 @@ class region_map {
   bool empty() const { return segments_.empty(); }
   const std::vector<segment>& segments() const { return segments_; }
 
+  /// Whether sub region `r` translates: inside one segment, or empty.
+  bool holds(const region& r) const { return find(r) != nullptr || (r.bytes == 0 && !segments_.empty()); }
+
+  /// Whether the segments cover sub bytes [0, end) without a gap.
+  bool covers(std::size_t end) const {
+    std::size_t next = 0;
+    for (const auto& s : segments_) {
+      if (s.from != next) return false;
+      if (s.bytes == unbounded() || s.from + s.bytes >= end) return true;
+      next = s.from + s.bytes;
+    }
+    return end == 0;
+  }
+
   /// The host region of sub region `r`, or an error naming it when no one segment holds
   /// it. Empty regions (unused fields of a step) map to the first segment's start.
   region operator()(const region& r) const {
-    for (const auto& s : segments_) {
-      if (r.offset < s.from) break;
-      const auto into = r.offset - s.from;
-      if (s.bytes == unbounded() || (into <= s.bytes && r.bytes <= s.bytes - into))
-        return {s.where, s.offset + into, r.bytes};
-    }
+    if (const segment* s = find(r)) return {s->where, s->offset + (r.offset - s->from), r.bytes};
     if (r.bytes == 0 && !segments_.empty()) return {segments_.front().where, segments_.front().offset, 0};
     throw error(errc::invalid_argument, "schedule::region_map: sub-schedule region " + to_string(r) +
                                             " does not lie inside one segment of the map (" +
@@ -85,6 +96,15 @@ class region_map {
   }
 
  private:
+  const segment* find(const region& r) const {
+    for (const auto& s : segments_) {
+      if (r.offset < s.from) break;
+      const auto into = r.offset - s.from;
+      if (s.bytes == unbounded() || (into <= s.bytes && r.bytes <= s.bytes - into)) return &s;
+    }
+    return nullptr;
+  }
+
   std::vector<segment> segments_;
 };
 
@@ -127,6 +147,49 @@ inline void sort_unique(std::vector<step_id>& v) {
   v.erase(std::unique(v.begin(), v.end()), v.end());
 }
 
+inline bool reads(step_kind k) { return k != step_kind::recv && k != step_kind::finalize; }
+inline bool writes(step_kind k) { return k != step_kind::send; }
+
+/// Sub bytes [0, end) of a buffer whose map is scattered, placed back to back in host
+/// scratch at `offset`.
+struct staging {
+  region_map map;
+  std::size_t end = 0;
+  std::size_t offset = 0;
+};
+
+/// A staging for sub buffer `which` when `sub` issues a region there across segments of
+/// `map` that cover it; none when every region translates (or the map has a gap there,
+/// which translation then reports).
+inline std::optional<staging> stage(builder& host, const schedule& sub, buffer which, const region_map& map) {
+  std::size_t end = 0;
+  bool fits = true;
+  const auto visit = [&](const region& r) {
+    if (r.where != which || r.bytes == 0) return;
+    end = std::max(end, r.offset + r.bytes);
+    fits = fits && map.holds(r);
+  };
+  for (const auto& st : sub.steps) {
+    if (reads(st.kind)) visit(st.src);
+    if (writes(st.kind)) visit(st.dst);
+  }
+  if (fits || !map.covers(end)) return std::nullopt;
+  return staging{map, end, host.scratch(end).offset};
+}
+
+/// Copies every segment of a staging into scratch (`inward`) or back out, after `deps`.
+inline std::vector<step_id> copy_staged(builder& host, const staging& s, bool inward,
+                                        const std::vector<step_id>& deps) {
+  std::vector<step_id> copies;
+  for (const auto& seg : s.map.segments()) {
+    if (seg.from >= s.end) break;
+    const auto bytes = std::min(seg.bytes, s.end - seg.from);
+    const region placed{seg.where, seg.offset, bytes}, staged{buffer::scratch, s.offset + seg.from, bytes};
+    copies.push_back(host.add(step_kind::copy, -1, 0, inward ? placed : staged, inward ? staged : placed, deps));
+  }
+  return copies;
+}
+
 }  // namespace detail
 
 /// Appends `sub` (one sub-rank's schedule of a subgroup) to `host`, translated by `how`:
@@ -137,6 +200,11 @@ inline void sort_unique(std::vector<step_id>& v) {
 ///
 /// Copies that land on their own source once translated do nothing and are left out, as
 /// are finalize steps unless `how.keep_finalize`.
+///
+/// When `sub` issues a region across segments of its input or output map (recursive
+/// doubling's fold sends the whole gathered buffer, which on a rail lies in blocks a node
+/// apart), that buffer runs in contiguous host scratch: input copied in before the first
+/// step, output copied out after the last. Maps it fits cost nothing.
 ///
 /// Throws mimatrix::error (invalid_argument) when the rank map does not fit `sub`, a
 /// region falls outside its map, a tag overflows, or a step kind is one compose does not
@@ -160,18 +228,25 @@ inline std::vector<step_id> embed(builder& host, const schedule& sub, const embe
       throw error(errc::invalid_argument, "schedule::embed: the rank map names rank " + std::to_string(g) +
                                               ", outside a group of " + std::to_string(host.size()));
 
+  region_map input = how.input, output = how.output;
+  std::vector<step_id> start(after.begin(), after.end());
+  if (const auto staged = detail::stage(host, sub, buffer::input, input)) {
+    start = detail::copy_staged(host, *staged, true, start);
+    input = region_map::at(buffer::scratch, staged->offset);
+  }
+  const auto staged_output = detail::stage(host, sub, buffer::output, output);
+  if (staged_output) output = region_map::at(buffer::scratch, staged_output->offset);
   region_map scratch = how.scratch;
   if (scratch.empty()) scratch = region_map::at(buffer::scratch, host.scratch(sub.scratch_bytes).offset);
   const auto translate = [&](const region& r) {
     switch (r.where) {
-      case buffer::input: return how.input(r);
-      case buffer::output: return how.output(r);
+      case buffer::input: return input(r);
+      case buffer::output: return output(r);
       case buffer::scratch: return scratch(r);
     }
     return r;
   };
 
-  const std::vector<step_id> start(after.begin(), after.end());
   // done[i]: the host steps whose completion stands for sub step i's (itself, or for a
   // dropped step what it waited for).
   std::vector<std::vector<step_id>> done(sub.steps.size());
@@ -187,10 +262,8 @@ inline std::vector<step_id> embed(builder& host, const schedule& sub, const embe
     for (step_id d : st.deps) deps.insert(deps.end(), done[d].begin(), done[d].end());
     detail::sort_unique(deps);
 
-    const bool reads = st.kind != step_kind::recv && st.kind != step_kind::finalize;
-    const bool writes = st.kind != step_kind::send;
-    const region src = reads ? translate(st.src) : st.src;
-    const region dst = writes ? translate(st.dst) : st.dst;
+    const region src = detail::reads(st.kind) ? translate(st.src) : st.src;
+    const region dst = detail::writes(st.kind) ? translate(st.dst) : st.dst;
     const bool no_op = (st.kind == step_kind::copy && src == dst) ||
                        (st.kind == step_kind::finalize && !how.keep_finalize);
     if (no_op) {
@@ -211,6 +284,7 @@ inline std::vector<step_id> embed(builder& host, const schedule& sub, const embe
     if (!awaited[i]) exits.insert(exits.end(), done[i].begin(), done[i].end());
   if (sub.steps.empty()) exits = start;
   detail::sort_unique(exits);
+  if (staged_output) exits = detail::copy_staged(host, *staged_output, false, exits);
   return exits;
 }
 

@@ -5,9 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "mimatrix/algorithm/halving_doubling.hpp"
+#include "mimatrix/algorithm/hdrm.hpp"
+#include "mimatrix/algorithm/recursive_doubling.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
+#include "mimatrix/topology/mesh.hpp"
 #include "support/grid.hpp"
 #include "support/verify_checks.hpp"
 
@@ -22,11 +26,13 @@ static_assert(std::is_same_v<algorithm::default_for<ring_topo>, ring_algo>,
               "a hierarchical topology of rings defaults to hierarchical<ring, ring>");
 static_assert(algorithm::builds_for<algorithm::hierarchical<>, ring_topo>);
 
-void expect_proved(const ring_algo& algo, const ring_topo& topo, const schedule::descriptor& d) {
+template <class Algorithm, class Topology>
+void expect_proved(const Algorithm& algo, const Topology& topo, const schedule::descriptor& d) {
   test::expect_proved(algo, topo, d, " node size " + std::to_string(topo.local_size()));
 }
 
-void prove_every_collective(const ring_algo& algo, const ring_topo& topo, int p) {
+template <class Algorithm, class Topology>
+void prove_every_collective(const Algorithm& algo, const Topology& topo, int p) {
   const auto sp = static_cast<std::size_t>(p);
   for (collective kind :
        {collective::allreduce, collective::reduce_scatter, collective::allgather, collective::broadcast})
@@ -88,6 +94,19 @@ TEST(hierarchical, nodes_of_scattered_ranks_are_proved) {
 TEST(hierarchical, permuted_local_and_global_rings) {
   const ring_topo topo(3, topology::ring({2, 0, 1}), topology::ring({1, 3, 0, 2}));
   prove_every_collective(ring_algo{}, topo, 12);
+}
+
+// Recursive doubling, halving-doubling and HDRM send regions that span several ranks'
+// blocks (the folds for node counts that are not powers of two, HDRM's halves): embed
+// stages such phases through contiguous scratch, for consecutive and scattered nodes.
+TEST(hierarchical, phases_whose_regions_span_blocks_are_proved) {
+  using rd_hd = algorithm::hierarchical<algorithm::recursive_doubling, algorithm::halving_doubling>;
+  for (int l : {2, 3})
+    for (int nodes : {3, 5, 6}) prove_every_collective(rd_hd{}, ring_topo(l), l * nodes);
+  prove_every_collective(rd_hd{}, ring_topo(std::vector<std::string>{"x", "y", "y", "x", "z", "z", "x", "z", "y"}), 9);
+  using mesh_bigraph = topology::hierarchical<topology::mesh, topology::bigraph>;
+  using hd_hdrm = algorithm::hierarchical<algorithm::halving_doubling, algorithm::hdrm>;
+  for (int p : {6, 9, 12}) prove_every_collective(hd_hdrm{}, mesh_bigraph(3), p);
 }
 
 // The point of the rails: in an allreduce, each rank sends only its shard (n/L) across

@@ -106,6 +106,31 @@ TEST(hierarchical_collectives, nodes_from_host_names) {
     test::check_broadcast<double>(12, n, 7, test::run_seed() + n, hosts, hierarchical_algorithm{});
   }
 }
+
+// Rail and node algorithms whose messages span several ranks' blocks, on node counts
+// that are not powers of two too (issue 16: allgather failed at its first call).
+template <class Algorithm, class Topology>
+void check_nodes_of_three(const Algorithm& algo) {
+  for (int p : {6, 9, 12})
+    for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000)}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " count " + std::to_string(n));
+      const Topology topo(3);
+      const std::uint64_t seed = test::run_seed() + 31 * n + p;
+      test::check_allgather<std::int32_t>(p, n, seed, topo, algo);
+      test::check_reduce_scatter<reduce::sum<std::int64_t>>(p, n, seed + 1, topo, algo);
+      test::check_allreduce<reduce::sum<std::int32_t>>(p, n, seed + 2, topo, algo);
+      test::check_broadcast<std::int32_t>(p, n, p / 2, seed + 3, topo, algo);
+      if (::testing::Test::HasFailure()) return;
+    }
+}
+TEST(hierarchical_collectives, recursive_doubling_in_nodes_halving_doubling_on_rails) {
+  check_nodes_of_three<algorithm::hierarchical<algorithm::recursive_doubling, algorithm::halving_doubling>,
+                       hierarchical_nodes>({});
+}
+TEST(hierarchical_collectives, halving_doubling_in_mesh_nodes_hdrm_on_bigraph_rails) {
+  check_nodes_of_three<algorithm::hierarchical<algorithm::halving_doubling, algorithm::hdrm>,
+                       topology::hierarchical<topology::mesh, topology::bigraph>>({});
+}
 #endif
 
 // The composed type users name: the default algorithm of a hierarchical topology.

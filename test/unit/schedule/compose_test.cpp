@@ -159,6 +159,27 @@ TEST(compose, segmented_maps_place_blocks_apart_and_reject_straddling_regions) {
   }
 }
 
+// The pair allreduce sends its whole buffer; with the halves of each element range
+// swapped in the host buffers, that region spans two segments: embed stages it.
+TEST(compose, regions_across_segments_run_in_staged_scratch) {
+  const std::size_t count = 4, half = count / 2 * es;
+  region_map swapped;
+  swapped.place(0, half, buffer::input, half).place(half, half, buffer::input, 0);
+  region_map swapped_out;
+  swapped_out.place(0, half, buffer::output, half).place(half, half, buffer::output, 0);
+  std::vector<schedule> group;
+  for (int r = 0; r < 2; ++r) {
+    builder b({collective::allreduce, 2, count, es, 0}, r, "swapped");
+    (void)embed(b, pair_allreduce(r, count), {{0, 1}, swapped, swapped_out, {}, {}, true});
+    group.push_back(std::move(b).build());
+  }
+  EXPECT_EQ(group[0].steps.front().kind, step_kind::copy);  // the input, into scratch
+  for (bool in_place : {false, true}) {
+    const auto result = verify(group, {in_place});
+    EXPECT_TRUE(result) << (in_place ? "in place: " : "out of place: ") << result.message;
+  }
+}
+
 TEST(compose, a_rank_map_that_does_not_fit_is_rejected_with_a_sentence) {
   const auto message = [](embedding how) {
     builder b({collective::allreduce, 4, 2, es, 0}, 2, "host");
