@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -150,6 +151,18 @@ TEST(avg, finalize_handles_more_ranks_than_the_element_type_can_count) {
   for (int ranks = 1; ranks <= 1000; ++ranks)
     for (int v = -128; v <= 127; ++v)
       ASSERT_EQ(reduce::avg<std::int8_t>{}.finalize(static_cast<std::int8_t>(v), ranks), v / ranks) << v << " / " << ranks;
+}
+
+// docs/reduction.md's rule: the sum wraps in the element type, then divides once.
+TEST(avg, an_integer_average_divides_the_wrapped_sum) {
+  const auto average_of_ones = [](int ranks) {
+    const reduce::avg<std::int8_t> avg;
+    std::int8_t total = avg.identity();
+    for (int r = 0; r < ranks; ++r) total = avg(total, 1);
+    return std::pair{total, avg.finalize(total, ranks)};
+  };
+  EXPECT_EQ(average_of_ones(100), std::pair(std::int8_t(100), std::int8_t(1)));
+  EXPECT_EQ(average_of_ones(200), std::pair(std::int8_t(-56), std::int8_t(0)));  // 200 wraps
 }
 
 TEST(sum, wraps_like_the_sum_reduced_in_order) {
