@@ -59,5 +59,17 @@ TEST(nonblocking, a_request_going_out_of_scope_finishes_first) {
   });
 }
 
+// README: `(void)start()` is not fire-and-forget; the discarded request waits.
+TEST(nonblocking, a_discarded_request_blocks_until_the_call_completes) {
+  const int p = 3;
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    sum_t sum(comm);
+    std::vector<std::int64_t> v(100000, r + 1);
+    (void)sum.start(v);
+    for (auto x : v) ASSERT_EQ(x, 6);
+  });
+}
+
 }  // namespace
 }  // namespace mimatrix
