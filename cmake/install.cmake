@@ -1,26 +1,26 @@
-# Install the headers and an exported CMake package: find_package(mimatrix) then
-# target_link_libraries(app PRIVATE mimatrix::mimatrix).
+# Install the headers and an exported CMake package with components: core always, fabric
+# and cuda when this build made them. Each has its own export set, so a consumer loads
+# only the components whose dependencies it has (cmake/mimatrix-config.cmake.in).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(MIMATRIX_CMAKE_DIR ${CMAKE_INSTALL_DATADIR}/cmake/mimatrix)
-set(_mimatrix_targets mimatrix_core mimatrix_mimatrix)
-if(TARGET mimatrix_cuda)
-  list(APPEND _mimatrix_targets mimatrix_cuda)
-endif()
-if(TARGET mimatrix_fabric)
-  list(APPEND _mimatrix_targets mimatrix_fabric)
-endif()
+set(MIMATRIX_INSTALLED_COMPONENTS "")
+foreach(_component IN ITEMS core fabric cuda)
+  if(NOT TARGET mimatrix_${_component})
+    continue()
+  endif()
+  list(APPEND MIMATRIX_INSTALLED_COMPONENTS ${_component})
+  # INCLUDES DESTINATION puts the installed include directory on the exported targets: the
+  # $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}> in CMakeLists.txt is read before
+  # GNUInstallDirs is included, so on a first configure it is empty.
+  install(TARGETS mimatrix_${_component} EXPORT mimatrix-${_component}-targets
+          INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT mimatrix-${_component}-targets NAMESPACE mimatrix::
+          FILE mimatrix-${_component}-targets.cmake DESTINATION ${MIMATRIX_CMAKE_DIR})
+endforeach()
 
 install(DIRECTORY include/mimatrix TYPE INCLUDE)
-# INCLUDES DESTINATION puts the installed include directory on the exported targets: the
-# $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}> in CMakeLists.txt is read before
-# GNUInstallDirs is included, so on a first configure it is empty.
-install(TARGETS ${_mimatrix_targets} EXPORT mimatrix-targets
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(EXPORT mimatrix-targets NAMESPACE mimatrix:: FILE mimatrix-targets.cmake
-        DESTINATION ${MIMATRIX_CMAKE_DIR})
-
 configure_package_config_file(cmake/mimatrix-config.cmake.in
   ${PROJECT_BINARY_DIR}/mimatrix-config.cmake INSTALL_DESTINATION ${MIMATRIX_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/mimatrix-config-version.cmake
