@@ -44,6 +44,9 @@ namespace mimatrix::algorithm {
 class gdraa {
  public:
   static constexpr std::string_view name = "gdraa";
+  /// Its schedules write into peers (write/notify/wait), which schedule::embed cannot
+  /// place as a phase of a composed algorithm yet.
+  static constexpr bool one_sided = true;
 
   /// Flag tags: one for each synchronization.
   static constexpr std::uint32_t sync_1 = 0;

@@ -26,9 +26,15 @@ namespace detail {
 template <class Algorithm, class Topology>
 using resolved_t = std::conditional_t<std::is_same_v<Algorithm, topology_default>, default_for<Topology>, Algorithm>;
 
+/// schedule::embed translates two-sided and local steps only, so one-sided algorithms
+/// (GDRAA) are no phase: naming one, or a topology whose default it is, fails to compile.
+template <class Algorithm>
+concept composable = !requires { requires Algorithm::one_sided; };
+
 template <class Algorithm, class Topology>
 concept phase_for = !std::is_void_v<resolved_t<Algorithm, Topology>> &&
-                    builds_for<resolved_t<Algorithm, Topology>, Topology>;
+                    builds_for<resolved_t<Algorithm, Topology>, Topology> &&
+                    composable<resolved_t<Algorithm, Topology>>;
 
 }  // namespace detail
 
@@ -271,11 +277,13 @@ class hierarchical {
   policy suggested_{};  // for phases left to the topology's default
 };
 
-/// Each part's default: rings inside nodes and along rails for hierarchical<ring, ring>.
+/// Each part's default: rings inside nodes and along rails for hierarchical<ring, ring>;
+/// none where a part's default is no phase (GDRAA, a mesh's).
 template <class Local, class Global>
 struct default_algorithm<topology::hierarchical<Local, Global>> {
-  using type = std::conditional_t<std::is_void_v<default_for<Local>> || std::is_void_v<default_for<Global>>, void,
-                                  hierarchical<default_for<Local>, default_for<Global>>>;
+  using type = std::conditional_t<!detail::phase_for<topology_default, Local> ||
+                                      !detail::phase_for<topology_default, Global>,
+                                  void, hierarchical<default_for<Local>, default_for<Global>>>;
 };
 
 }  // namespace mimatrix::algorithm
