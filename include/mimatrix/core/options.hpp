@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -10,11 +11,17 @@
 
 namespace mimatrix {
 
+/// Who advances calls in flight: only the caller, inside test() and wait(), or also a
+/// thread per communicator while the caller computes (MIMATRIX_PROGRESS=caller|thread).
+enum class progress_mode : std::uint8_t { caller, thread };
+
 struct options {
   /// How long one collective may wait for its peers before it fails with `timeout`.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 
-  /// Defaults, overridden by MIMATRIX_TIMEOUT_MS when it is set.
+  progress_mode progress = progress_mode::caller;
+
+  /// Defaults, overridden by MIMATRIX_TIMEOUT_MS and MIMATRIX_PROGRESS when they are set.
   static options from_environment() {
     options o;
     if (const char* v = std::getenv("MIMATRIX_TIMEOUT_MS"); v && *v) {
@@ -24,6 +31,12 @@ struct options {
         throw error(errc::invalid_argument, "MIMATRIX_TIMEOUT_MS must be a positive number of milliseconds, got '" +
                                                 std::string(v) + "'");
       o.timeout = std::chrono::milliseconds(ms);
+    }
+    if (const char* v = std::getenv("MIMATRIX_PROGRESS"); v && *v) {
+      const std::string mode(v);
+      if (mode != "caller" && mode != "thread")
+        throw error(errc::invalid_argument, "MIMATRIX_PROGRESS must be 'caller' or 'thread', got '" + mode + "'");
+      o.progress = mode == "thread" ? progress_mode::thread : progress_mode::caller;
     }
     return o;
   }

@@ -1,11 +1,12 @@
 // What every collective type shares: argument checks with messages that say what
-// was wrong and on which rank, the schedule cache, and the hand-off to the transport.
+// was wrong and on which rank, its plans in the communicator's cache, and the hand-off to
+// the transport.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -20,6 +21,8 @@
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
+#include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/schedule/lower.hpp"
@@ -49,29 +52,36 @@ class collective_engine {
   /// Checks the arguments, then starts the call. Counts are in elements.
   template <reduce::operation Op>
   request start(schedule::collective kind, const typename Op::value_type* in, std::size_t in_count,
-                typename Op::value_type* out, std::size_t out_count, int root, const Op& op) {
-    using T = typename Op::value_type;
+                typename Op::value_type* out, std::size_t out_count, int root, const Op&) {
+    return start(kind, in, in_count, out, out_count, root, reduce::host_kernels_of<Op>);
+  }
+
+  /// The same with the element type and operation as values (runtime-typed calls), and
+  /// a deadline of its own if `timeout` is set.
+  request start(schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count,
+                int root, const reduce::host_kernels& kernels,
+                std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
     const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
-    const signature sig{kind, Op::kind, dtype_of<T>, count, kind == schedule::collective::broadcast ? root : 0,
+    const signature sig{kind, kernels.op, kernels.type, count, kind == schedule::collective::broadcast ? root : 0,
                         comm_.next_sequence()};
-    const schedule::descriptor desc{kind, comm_.size(), count, sizeof(T), sig.root};
+    const schedule::descriptor desc{kind, comm_.size(), count, kernels.elem_size, sig.root};
     if (auto why = check(desc, in, in_count, out, out_count)) {
       const std::string message = describe({comm_.rank(), -1, schedule::to_string(kind),
                                             static_cast<std::int64_t>(sig.sequence)}, *why);
       comm_.transport().fail(sig, errc::invalid_argument, message);
       throw error(errc::invalid_argument, message);
     }
-    return request(comm_.transport().start(plan_for(desc).pick(comm_.transport(), desc), reinterpret_cast<const std::byte*>(in),
-                                           reinterpret_cast<std::byte*>(out), sig, op, comm_.settings().timeout));
+    return request(comm_.transport().start(pick(plan_for(desc), desc),
+                                           static_cast<const std::byte*>(in), static_cast<std::byte*>(out), sig,
+                                           kernels, timeout.value_or(comm_.settings().timeout)));
   }
 
  private:
-  template <class T>
-  std::optional<std::string> check(const schedule::descriptor& d, const T* in, std::size_t in_count, T* out,
+  std::optional<std::string> check(const schedule::descriptor& d, const void* in, std::size_t in_count, void* out,
                                    std::size_t out_count) const {
     const int p = comm_.size(), r = comm_.rank();
     const bool reads_input = d.kind != schedule::collective::broadcast || r == d.root;
-    const std::size_t want_in = d.input_bytes() / sizeof(T), want_out = d.output_bytes() / sizeof(T);
+    const std::size_t want_in = d.input_bytes() / d.elem_size, want_out = d.output_bytes() / d.elem_size;
     if (d.kind == schedule::collective::broadcast && (d.root < 0 || d.root >= p))
       return "root " + std::to_string(d.root) + " is outside a group of " + std::to_string(p);
     if (reads_input && in_count != want_in)
@@ -83,8 +93,8 @@ class collective_engine {
     if (reads_input && in_count && !in) return std::string("the input is a null pointer");
     if (out_count && !out) return std::string("the output is a null pointer");
     if (!reads_input || !in_count || !out_count) return std::nullopt;
-    const auto* in_begin = reinterpret_cast<const std::byte*>(in);
-    const auto* out_begin = reinterpret_cast<const std::byte*>(out);
+    const auto* in_begin = static_cast<const std::byte*>(in);
+    const auto* out_begin = static_cast<const std::byte*>(out);
     if (in_begin - d.in_place_input_offset(r) == out_begin - d.in_place_output_offset(r)) return std::nullopt;
     if (in_begin < out_begin + d.output_bytes() && out_begin < in_begin + d.input_bytes()) {
       std::ostringstream s;
@@ -98,46 +108,30 @@ class collective_engine {
     return std::nullopt;
   }
 
-  /// This rank's schedule for one call, in up to two forms: as built, and with its
-  /// one-sided steps lowered to messages for transports that cannot run them (always, or
-  /// for this call).
-  struct plans {
-    using pointer = std::shared_ptr<const schedule::schedule>;
-    pointer as_built, lowered;         // lowered: null when the schedule has no one-sided step
-    std::size_t most_scratch = 0;      // over every rank's schedule (one-sided ones only)
-
-    pointer pick(const Transport& t, const schedule::descriptor& d) const {
-      if (!lowered) return as_built;
-      if constexpr (transport::runs_one_sided_sometimes<Transport>) {
-        if (t.runs_one_sided(d, most_scratch)) return as_built;
-      }
-      return lowered;
+  /// Of this call's plans, the one the transport runs.
+  std::shared_ptr<const schedule::schedule> pick(const plan_set& p, const schedule::descriptor& d) const {
+    if (!p.lowered) return p.as_built;
+    if constexpr (transport::runs_one_sided_sometimes<Transport>) {
+      if (comm_.transport().runs_one_sided(d, p.most_scratch)) return p.as_built;
     }
-  };
-
-  using plan_key = std::tuple<schedule::collective, std::size_t, std::size_t, int>;
-
-  const plans& plan_for(const schedule::descriptor& d) {
-    const auto key = std::make_tuple(d.kind, d.count, d.elem_size, d.root);
-    if (last_ && key == last_key_) return *last_;  // training repeats one size
-    if (auto it = plans_.find(key); it != plans_.end()) return remember(key, it->second);
-    if (plans_.size() >= max_cached_plans) {
-      plans_.clear();
-      last_ = nullptr;
-    }
-    return remember(key, plans_.emplace(key, build(d)).first->second);
+    return p.lowered;
   }
 
-  const plans& remember(const plan_key& key, const plans& p) {
+  /// The communicator's cache holds the plans; the last call's stay here too, since
+  /// training repeats one size.
+  const plan_set& plan_for(const schedule::descriptor& d) {
+    const plan_key key{owner_, d.kind, d.count, d.elem_size, d.root};
+    if (has_last_ && key == last_key_) return last_;
+    last_ = comm_.plans().find_or_build(key, [&] { return build(d); });
     last_key_ = key;
-    last_ = &p;
-    return p;
+    has_last_ = true;
+    return last_;
   }
 
   /// Lowering needs every rank's schedule (a wait's receives come from its writers).
-  plans build(const schedule::descriptor& d) const {
+  plan_set build(const schedule::descriptor& d) const {
     schedule::schedule mine = algo_.build(topo_, d, comm_.rank());
-    plans p;
+    plan_set p;
     if constexpr (!transport::runs_one_sided<Transport>) {
       const bool one_sided = std::any_of(mine.steps.begin(), mine.steps.end(), [](const schedule::step& st) {
         return schedule::is_one_sided(st.kind) || st.kind == schedule::step_kind::wait;
@@ -157,14 +151,13 @@ class collective_engine {
     return p;
   }
 
-  static constexpr std::size_t max_cached_plans = 64;
-
   communicator<Transport>& comm_;
   Topology topo_;
   Algorithm algo_;
-  std::map<plan_key, plans> plans_;
+  std::uint64_t owner_ = comm_.plans().new_owner();
   plan_key last_key_{};
-  const plans* last_ = nullptr;  // the entry of the last call (map nodes do not move)
+  plan_set last_;
+  bool has_last_ = false;
 };
 
 }  // namespace mimatrix::detail

@@ -1,5 +1,6 @@
 // The concept every transport models: it knows its rank and group size, starts the
-// execution of a schedule, and tells its peers when a call failed locally.
+// execution of a schedule with the host kernels of its (dtype, op), and tells its peers
+// when a call failed locally.
 #pragma once
 
 #include <chrono>
@@ -11,21 +12,28 @@
 #include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
-#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport {
 
 template <class T>
 concept backend = requires(T& t, const T& ct, std::shared_ptr<const schedule::schedule> plan, const std::byte* in,
-                           std::byte* out, const signature& sig, std::chrono::milliseconds timeout,
-                           const std::string& why) {
+                           std::byte* out, const signature& sig, const reduce::host_kernels& kernels,
+                           std::chrono::milliseconds timeout, const std::string& why) {
   { ct.rank() } -> std::same_as<int>;
   { ct.size() } -> std::same_as<int>;
-  { t.start(plan, in, out, sig, reduce::sum<float>{}, timeout) }
-      -> std::same_as<std::unique_ptr<mimatrix::detail::operation>>;
+  { t.start(plan, in, out, sig, kernels, timeout) } -> std::same_as<std::unique_ptr<mimatrix::detail::operation>>;
   t.fail(sig, errc::invalid_argument, why);  // this rank will not take part in call `sig`
+};
+
+/// Transports whose calls share a progress engine (every test() or wait() advances them
+/// all; progress_mode::thread adds a thread). The communicator sets its mode.
+template <class T>
+concept has_progress_engine = requires(T& t) {
+  { t.progress() } -> std::same_as<progress_engine&>;
 };
 
 /// Whether `T` runs write, notify and wait itself (`static constexpr bool

@@ -19,11 +19,12 @@
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
-#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/execution.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport {
 
@@ -74,8 +75,8 @@ struct fabric_options {
 /// @endcode
 ///
 /// @par Thread Safety
-/// One thread at a time (the communicator over it has the same rule). Copies share the
-/// endpoint.
+/// One thread at a time (the communicator over it has the same rule), besides its
+/// progress thread (progress_mode::thread). Copies share the endpoint.
 class fabric {
  public:
   static constexpr const char* name = "fabric";
@@ -123,7 +124,10 @@ class fabric {
   /// Needed only by providers that register buffers (FI_MR_LOCAL: verbs, efa) and only
   /// for memory that is freed while the communicator lives. Returns the registrations
   /// dropped; those a call in flight may use are closed when it ends.
-  std::size_t deregister(const void* data, std::size_t bytes) { return endpoint_->forget_registrations(data, bytes); }
+  std::size_t deregister(const void* data, std::size_t bytes) {
+    auto lock = endpoint_->engine().lock();
+    return endpoint_->forget_registrations(data, bytes);
+  }
   /// Each half of the RMA window all ranks share (0: none; one-sided steps become messages).
   std::size_t window_bytes() const { return endpoint_->window_half_bytes(); }
   /// Calls that ran their one-sided steps as RMA writes.
@@ -146,16 +150,22 @@ class fabric {
            (d.output_bytes() + 63) / 64 * 64 + scratch_bytes <= endpoint_->window_half_bytes();
   }
 
-  template <reduce::operation Op>
+  /// The calls in flight on this endpoint, and who advances them.
+  progress_engine& progress() { return endpoint_->engine(); }
+
+  /// Starts executing `plan`: it posts what it can now.
   std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
                                                      const std::byte* input, std::byte* output,
-                                                     const signature& sig, const Op& op,
+                                                     const signature& sig, const reduce::host_kernels& kernels,
                                                      std::chrono::milliseconds timeout) {
-    return std::make_unique<detail::fabric_execution<Op>>(endpoint_, std::move(plan), input, output, sig, op, timeout);
+    auto lock = endpoint_->engine().lock();
+    return std::make_unique<detail::fabric_execution>(endpoint_, std::move(plan), input, output, sig, kernels,
+                                                      timeout);
   }
 
   /// This rank will not take part in call `sig`: every peer fails it with `code` at once.
   void fail(const signature& sig, errc code, const std::string& why) {
+    auto lock = endpoint_->engine().lock();
     endpoint_->announce_failure(sig.sequence, code, why);
   }
 

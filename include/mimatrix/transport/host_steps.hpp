@@ -5,8 +5,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "mimatrix/reduce/cpu.hpp"
-#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 
 namespace mimatrix::transport {
@@ -31,39 +30,29 @@ struct host_buffers {
   }
 };
 
-/// dst = op(a, b) over `bytes` bytes of Op's element type.
-template <reduce::operation Op>
-void combine_bytes(const Op& op, std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes) {
-  using T = typename Op::value_type;
-  reduce::cpu::combine(op, reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(a),
-                       reinterpret_cast<const T*>(b), bytes / sizeof(T));
-}
-
 /// dst = op(dst, slot 0, ..., slot k-1) for `slots` back-to-back slots of `bytes` each,
 /// in cache-sized blocks: each block of dst is loaded once, combined with every slot and
 /// stored once, so the pass costs one read of each slot and one read and write of dst.
-template <reduce::operation Op>
-void combine_slots(const Op& op, std::byte* dst, const std::byte* slots, std::size_t slot_count, std::size_t bytes) {
-  using T = typename Op::value_type;
-  constexpr std::size_t block = 16 * 1024 / sizeof(T) * sizeof(T);  // fits L1 with a slot beside it
+inline void combine_slots(const reduce::host_kernels& k, std::byte* dst, const std::byte* slots,
+                          std::size_t slot_count, std::size_t bytes) {
+  const std::size_t block = 16 * 1024 / k.elem_size * k.elem_size;  // fits L1 with a slot beside it
   for (std::size_t at = 0; at < bytes; at += block) {
     const std::size_t n = bytes - at < block ? bytes - at : block;
-    for (std::size_t k = 0; k < slot_count; ++k) combine_bytes(op, dst + at, dst + at, slots + k * bytes + at, n);
+    for (std::size_t s = 0; s < slot_count; ++s) k.combine(dst + at, dst + at, slots + s * bytes + at, n);
   }
 }
 
 /// Runs a reduce, reduce_slots, copy or finalize step (wait is a pure join here).
-template <reduce::operation Op>
-void run_local_step(const Op& op, const schedule::step& st, const host_buffers& mem, int ranks) {
-  using T = typename Op::value_type;
+inline void run_local_step(const reduce::host_kernels& k, const schedule::step& st, const host_buffers& mem,
+                           int ranks) {
   switch (st.kind) {
     case schedule::step_kind::reduce: {
       std::byte* dst = mem.write(st.dst);
-      combine_bytes(op, dst, dst, mem.read(st.src), st.dst.bytes);
+      k.combine(dst, dst, mem.read(st.src), st.dst.bytes);
       break;
     }
     case schedule::step_kind::reduce_slots:
-      if (st.dst.bytes) combine_slots(op, mem.write(st.dst), mem.read(st.src), st.src.bytes / st.dst.bytes, st.dst.bytes);
+      if (st.dst.bytes) combine_slots(k, mem.write(st.dst), mem.read(st.src), st.src.bytes / st.dst.bytes, st.dst.bytes);
       break;
     case schedule::step_kind::copy: {
       const std::byte* src = mem.read(st.src);
@@ -72,7 +61,7 @@ void run_local_step(const Op& op, const schedule::step& st, const host_buffers& 
       break;
     }
     case schedule::step_kind::finalize:
-      reduce::cpu::finalize(op, reinterpret_cast<T*>(mem.write(st.dst)), st.dst.bytes / sizeof(T), ranks);
+      k.finalize(mem.write(st.dst), st.dst.bytes, ranks);
       break;
     default:
       break;  // communication and one-sided steps belong to the transport

@@ -14,11 +14,12 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
-#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/detail/inproc_execution.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport {
 
@@ -26,7 +27,8 @@ namespace mimatrix::transport {
 ///
 /// @par Thread Safety
 /// A `world` is shared by all ranks' threads. Each rank's endpoint (and the
-/// communicator over it) is used by one thread at a time; one endpoint per rank.
+/// communicator over it) is used by one thread at a time, besides its progress thread
+/// (progress_mode::thread); one endpoint per rank.
 class inproc {
  public:
   using world = detail::inproc_world;
@@ -35,6 +37,7 @@ class inproc {
     if (rank < 0 || rank >= group.size())
       throw error(errc::invalid_argument, "transport::inproc: rank " + std::to_string(rank) +
                                               " is outside a group of " + std::to_string(group.size()));
+    engine_ = std::make_shared<progress_engine>(std::make_unique<detail::inproc_port>(group, rank));
   }
 
   int rank() const { return rank_; }
@@ -43,14 +46,17 @@ class inproc {
   /// Writes land in the target's buffers; waits count flags.
   static constexpr bool native_one_sided = true;
 
-  /// Starts executing `plan` on this rank; progress happens in the returned operation.
-  template <reduce::operation Op>
+  /// The calls in flight on this rank, and who advances them.
+  progress_engine& progress() { return *engine_; }
+
+  /// Starts executing `plan` on this rank: it joins the call now and runs what it can.
   std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
                                                      const std::byte* input, std::byte* output,
-                                                     const signature& sig, const Op& op,
+                                                     const signature& sig, const reduce::host_kernels& kernels,
                                                      std::chrono::milliseconds timeout) {
-    return std::make_unique<detail::inproc_execution<Op>>(*world_, rank_, std::move(plan), input, output, sig, op,
-                                                          timeout);
+    auto lock = engine_->lock();
+    return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, std::move(plan), input, output, sig,
+                                                      kernels, timeout);
   }
 
   /// This rank will not take part in call `sig`: its peers fail with `code` at once
@@ -63,6 +69,7 @@ class inproc {
  private:
   world* world_;
   int rank_;
+  std::shared_ptr<progress_engine> engine_;
 };
 
 /// Runs `body(rank, world)` on `ranks` threads of one group and joins them; rethrows

@@ -35,5 +35,23 @@ TEST(options, a_bad_deadline_in_the_environment_is_an_error_that_quotes_it) {
   ::unsetenv("MIMATRIX_TIMEOUT_MS");
 }
 
+TEST(options, progress_is_the_callers_unless_the_environment_asks_for_a_thread) {
+  ::unsetenv("MIMATRIX_PROGRESS");
+  EXPECT_EQ(options::from_environment().progress, progress_mode::caller);
+  ::setenv("MIMATRIX_PROGRESS", "thread", 1);
+  EXPECT_EQ(options::from_environment().progress, progress_mode::thread);
+  ::setenv("MIMATRIX_PROGRESS", "caller", 1);
+  EXPECT_EQ(options::from_environment().progress, progress_mode::caller);
+  ::setenv("MIMATRIX_PROGRESS", "threads", 1);
+  try {
+    (void)options::from_environment();
+    ADD_FAILURE() << "accepted 'threads'";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("'threads'"), std::string::npos) << e.what();
+  }
+  ::unsetenv("MIMATRIX_PROGRESS");
+}
+
 }  // namespace
 }  // namespace mimatrix

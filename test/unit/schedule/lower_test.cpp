@@ -77,7 +77,7 @@ TEST(lower_one_sided, lowered_gdraa_allreduce_runs_on_inproc) {
           std::int32_t* const dst = call == 0 ? out.data() : in.data();  // call 1 in place
           const signature sig{collective::allreduce, reduce::op_kind::sum, dtype::int32, n, 0, std::uint64_t(call)};
           auto op = endpoint.start(plan, reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(dst),
-                                   sig, reduce::sum<std::int32_t>{}, std::chrono::seconds(10));
+                                   sig, reduce::host_kernels_of<reduce::sum<std::int32_t>>, std::chrono::seconds(10));
           std::error_code ec;
           op->wait(ec);
           ASSERT_FALSE(ec) << op->message();

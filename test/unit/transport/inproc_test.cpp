@@ -46,7 +46,7 @@ TEST(inproc, executes_a_schedule_with_every_send_in_flight_at_once) {
     std::vector<std::int32_t> in(count), out(count);
     std::iota(in.begin(), in.end(), r * 1000);
     auto op = endpoint.start(direct_allreduce(p, r, count), reinterpret_cast<const std::byte*>(in.data()),
-                             reinterpret_cast<std::byte*>(out.data()), sig_for(count, 0), reduce::sum<std::int32_t>{},
+                             reinterpret_cast<std::byte*>(out.data()), sig_for(count, 0), reduce::host_kernels_of<reduce::sum<std::int32_t>>,
                              10s);
     std::error_code ec;
     op->wait(ec);
@@ -65,7 +65,7 @@ TEST(inproc, a_receive_nobody_sends_times_out_naming_step_peer_and_tag) {
     std::vector<std::int32_t> in(4), out(4);
     auto op = endpoint.start(std::make_shared<const schedule::schedule>(std::move(b).build()),
                              reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
-                             sig_for(4, 0), reduce::sum<std::int32_t>{}, 200ms);
+                             sig_for(4, 0), reduce::host_kernels_of<reduce::sum<std::int32_t>>, 200ms);
     std::error_code ec;
     op->wait(ec);
     if (r == 0) {
@@ -81,7 +81,7 @@ TEST(inproc, test_polls_without_blocking_and_reports_the_deadline) {
   inproc endpoint(w, 0);  // rank 1 never starts
   std::vector<std::int32_t> in(8), out(8);
   auto op = endpoint.start(direct_allreduce(2, 0, 8), reinterpret_cast<const std::byte*>(in.data()),
-                           reinterpret_cast<std::byte*>(out.data()), sig_for(8, 0), reduce::sum<std::int32_t>{}, 100ms);
+                           reinterpret_cast<std::byte*>(out.data()), sig_for(8, 0), reduce::host_kernels_of<reduce::sum<std::int32_t>>, 100ms);
   std::error_code ec;
   EXPECT_FALSE(op->test(ec));
   EXPECT_FALSE(ec);
@@ -99,7 +99,7 @@ TEST(inproc, messages_of_different_calls_never_match) {
     std::vector<std::int32_t> in(16, 1), out(16);
     auto op = endpoint.start(direct_allreduce(2, r, 16), reinterpret_cast<const std::byte*>(in.data()),
                              reinterpret_cast<std::byte*>(out.data()), sig_for(16, r == 0 ? 1 : 0),
-                             reduce::sum<std::int32_t>{}, 200ms);
+                             reduce::host_kernels_of<reduce::sum<std::int32_t>>, 200ms);
     op->wait(codes[r]);
   });
   EXPECT_EQ(codes[0], errc::timeout);

@@ -40,7 +40,7 @@ std::unique_ptr<mimatrix::detail::operation> start(inproc& endpoint, std::shared
                                                    const std::vector<std::int32_t>& in, std::vector<std::int32_t>& out,
                                                    std::uint64_t sequence, std::chrono::milliseconds timeout = 10s) {
   return endpoint.start(plan, reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
-                        sig_for(plan->desc.kind, plan->desc.count, sequence), reduce::sum<std::int32_t>{}, timeout);
+                        sig_for(plan->desc.kind, plan->desc.count, sequence), reduce::host_kernels_of<reduce::sum<std::int32_t>>, timeout);
 }
 
 TEST(one_sided, writes_land_in_the_targets_output_and_its_wait_counts_them) {

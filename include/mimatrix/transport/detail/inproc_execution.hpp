@@ -1,7 +1,7 @@
 // One rank's execution of one schedule over the in-process transport: a dependency-
-// driven state machine that keeps every ready step in flight and is advanced by
-// test() and wait(). One-sided writes addressed to this rank are applied here, by the
-// target, while it runs the call they belong to.
+// driven state machine that keeps every ready step in flight, advanced with the
+// communicator's other calls by its progress engine. One-sided writes addressed to this
+// rank are applied here, by the target, while it runs the call they belong to.
 #pragma once
 
 #include <chrono>
@@ -15,28 +15,31 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
-#include "mimatrix/reduce/ops.hpp"
-#include "mimatrix/request.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
 #include "mimatrix/transport/host_steps.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {
 
-template <reduce::operation Op>
-class inproc_execution final : public mimatrix::detail::operation {
+class inproc_execution final : public execution {
   using clock = std::chrono::steady_clock;
 
  public:
-  inproc_execution(inproc_world& world, int rank, std::shared_ptr<const schedule::schedule> plan,
-                   const std::byte* input, std::byte* output, const signature& sig, const Op& op,
-                   std::chrono::milliseconds timeout)
-      : world_(world),
+  /// Joins the call at once: a peer waiting for it sees this rank there, whatever this
+  /// rank waits for next.
+  inproc_execution(std::shared_ptr<progress_engine> engine, inproc_world& world, int rank,
+                   std::shared_ptr<const schedule::schedule> plan, const std::byte* input, std::byte* output,
+                   const signature& sig, const reduce::host_kernels& kernels, std::chrono::milliseconds timeout)
+      : execution(*engine),
+        owner_(std::move(engine)),
+        world_(world),
         rank_(rank),
         plan_(std::move(plan)),
         sig_(sig),
-        op_(op),
+        kernels_(kernels),
         timeout_(timeout),
         deadline_(clock::now() + timeout),
         scratch_(plan_->scratch_bytes),
@@ -48,59 +51,25 @@ class inproc_execution final : public mimatrix::detail::operation {
       if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
       if (plan_->steps[i].kind == schedule::step_kind::wait) flags_expected_ += plan_->steps[i].count;
     }
-  }
-
-  ~inproc_execution() override {
-    if (phase_ != phase::done && phase_ != phase::failed) {
-      std::error_code ignored;
-      wait(ignored);
+    while (!finished() && advance()) {
     }
+    enter();
   }
 
-  bool test(std::error_code& ec) override {
-    while (advance()) {
-    }
-    if (!finished() && clock::now() >= deadline_) check_peers_and_deadline();
-    ec = ec_;
-    return finished();
-  }
-
-  void wait(std::error_code& ec) override {
-    auto& box = world_.box(rank_);
-    int spins = 0;
-    while (true) {
-      std::uint64_t seen;
-      {
-        std::lock_guard lock(box.mutex);
-        seen = box.generation;
-      }
-      while (advance()) {
-      }
-      if (finished()) break;
-      // Yield a few times before sleeping: a peer is usually microseconds away, and a
-      // futex wake-up costs more than that when threads outnumber cores.
-      if (spins++ < world_.spin_limit()) {
-        std::this_thread::yield();
-        continue;
-      }
-      spins = 0;
-      if (check_peers_and_deadline()) break;
-      std::unique_lock lock(box.mutex);
-      box.changed.wait_until(lock, deadline_, [&] { return box.generation != seen; });
-    }
-    ec = ec_;
-  }
-
-  const std::string& message() const override { return message_; }
+  ~inproc_execution() override { leave(); }
 
  private:
-  enum class phase { joining, running, checking, done, failed };
+  /// Rounds without progress before the board and the clock are read: a peer is usually
+  /// microseconds away.
+  void idle(int rounds) override {
+    if (rounds >= world_.spin_limit()) check_peers_and_deadline();
+  }
 
-  bool finished() const { return phase_ == phase::done || phase_ == phase::failed; }
+  enum class phase { joining, running, checking };
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
 
   /// One round of progress; true if anything changed.
-  bool advance() {
+  bool advance() override {
     switch (phase_) {
       case phase::joining:
         if (auto f = world_.join(rank_, sig_)) return fail(f->code, f->message), true;
@@ -112,7 +81,7 @@ class inproc_execution final : public mimatrix::detail::operation {
         changed |= apply_writes();
         changed |= finish_waits();
         changed |= reap_sends();
-        if (phase_ == phase::running && completed_ == plan_->steps.size()) {
+        if (!finished() && completed_ == plan_->steps.size()) {
           phase_ = phase::checking;
           changed = true;
         }
@@ -123,12 +92,11 @@ class inproc_execution final : public mimatrix::detail::operation {
         // rank finishes a call another rank got wrong.
         if (auto f = world_.failed(sig_.sequence)) return fail_from(*f), true;
         if (!world_.missing(sig_.sequence).empty()) return false;
-        phase_ = phase::done;
+        succeed();
         world_.leave(sig_.sequence);
         return true;
-      default:
-        return false;
     }
+    return false;
   }
 
   bool start_ready() {
@@ -167,7 +135,7 @@ class inproc_execution final : public mimatrix::detail::operation {
           waiting_.push_back(id);
           break;
         default:
-          run_local_step(op_, st, mem_, plan_->desc.size);
+          run_local_step(kernels_, st, mem_, plan_->desc.size);
           complete(id);
       }
     }
@@ -221,7 +189,7 @@ class inproc_execution final : public mimatrix::detail::operation {
       if (st.kind == schedule::step_kind::recv) {
         if (ps->bytes) std::memcpy(mem_.write(st.dst), ps->data, ps->bytes);
       } else {
-        combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), ps->data, ps->bytes);
+        kernels_.combine(mem_.write(st.dst), mem_.read(st.src), ps->data, ps->bytes);
       }
       release(ps);
       complete(id);
@@ -397,17 +365,16 @@ class inproc_execution final : public mimatrix::detail::operation {
         while (!ps.done.load(std::memory_order_acquire)) std::this_thread::yield();
     }
     in_flight_.clear();
-    ec_ = make_error_code(code);
-    message_ = std::move(message);
-    phase_ = phase::failed;
+    end_with(code, std::move(message));
     world_.leave(sig_.sequence);
   }
 
+  std::shared_ptr<progress_engine> owner_;
   inproc_world& world_;
   int rank_;
   std::shared_ptr<const schedule::schedule> plan_;
   signature sig_;
-  Op op_;
+  const reduce::host_kernels& kernels_;
   std::chrono::milliseconds timeout_;
   clock::time_point deadline_;
   std::vector<std::byte> scratch_;
@@ -422,8 +389,6 @@ class inproc_execution final : public mimatrix::detail::operation {
   std::size_t flags_expected_ = 0;                                    // the sum of the waits' counts
   std::size_t completed_ = 0;
   phase phase_ = phase::joining;
-  std::error_code ec_;
-  std::string message_;
 };
 
 }  // namespace mimatrix::transport::detail

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {
 
@@ -189,6 +191,30 @@ class inproc_world {
   int spin_limit_ = 0;
   std::mutex board_mutex_;
   std::map<std::uint64_t, entry> board_;
+};
+
+/// How a rank waits for its peers: yields while they are likely microseconds away, then
+/// sleeps until its mailbox changes (a post, a release, a join or a failure).
+class inproc_port final : public progress_port {
+ public:
+  inproc_port(inproc_world& world, int rank) : world_(world), rank_(rank) {}
+
+  std::uint64_t snapshot() override {
+    auto& box = world_.box(rank_);
+    std::lock_guard lock(box.mutex);
+    return box.generation;
+  }
+
+  void pause(std::uint64_t seen, int idle_rounds) override {
+    if (idle_rounds <= world_.spin_limit()) return std::this_thread::yield();
+    auto& box = world_.box(rank_);
+    std::unique_lock lock(box.mutex);
+    box.changed.wait_for(lock, std::chrono::milliseconds(5), [&] { return box.generation != seen; });
+  }
+
+ private:
+  inproc_world& world_;
+  int rank_;
 };
 
 }  // namespace mimatrix::transport::detail

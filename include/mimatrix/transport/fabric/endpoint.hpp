@@ -36,6 +36,7 @@
 #include "mimatrix/transport/fabric/registration_cache.hpp"
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {
 
@@ -128,6 +129,19 @@ struct fabric_failure {
   std::string message;
 };
 
+/// How a rank waits on the provider: spins while a peer is likely microseconds away,
+/// then gives the core away (ranks often outnumber cores in tests).
+class fabric_port final : public progress_port {
+ public:
+  void pause(std::uint64_t, int idle_rounds) override {
+    if (idle_rounds <= 256) return;
+    if (idle_rounds < 20000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+};
+
 class fabric_endpoint {
   using clock = std::chrono::steady_clock;
 
@@ -158,12 +172,15 @@ class fabric_endpoint {
   fabric_endpoint& operator=(const fabric_endpoint&) = delete;
 
   ~fabric_endpoint() {
+    engine_.set_mode(progress_mode::caller);
     say_goodbye();
     close();
   }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  /// The calls in flight on this endpoint, and who advances them.
+  progress_engine& engine() { return engine_; }
   const std::string& provider() const { return provider_; }
   fid_ep* ep() const { return ep_; }
   fi_addr_t address(int peer) const { return peers_[std::size_t(peer)]; }
@@ -718,6 +735,7 @@ class fabric_endpoint {
   std::vector<queued_control> backlog_;  // control messages the provider pushed back
   std::vector<std::uint64_t> pongs_;
   std::uint64_t nonce_ = 0;
+  progress_engine engine_{std::make_unique<fabric_port>()};
 };
 
 }  // namespace mimatrix::transport::detail

@@ -25,29 +25,29 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/signature.hpp"
-#include "mimatrix/reduce/ops.hpp"
-#include "mimatrix/request.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
 #include "mimatrix/transport/host_steps.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {
 
-template <reduce::operation Op>
-class fabric_execution final : public mimatrix::detail::operation, private fabric_call {
+class fabric_execution final : public execution, private fabric_call {
   using clock = std::chrono::steady_clock;
   using kind = schedule::step_kind;
 
  public:
   fabric_execution(std::shared_ptr<fabric_endpoint> endpoint, std::shared_ptr<const schedule::schedule> plan,
-                   const std::byte* input, std::byte* output, const signature& sig, const Op& op,
-                   std::chrono::milliseconds timeout)
-      : ep_(std::move(endpoint)),
+                     const std::byte* input, std::byte* output, const signature& sig,
+                   const reduce::host_kernels& kernels, std::chrono::milliseconds timeout)
+      : execution(endpoint->engine()),
+        ep_(std::move(endpoint)),
         plan_(std::move(plan)),
         sig_(sig),
         packed_(wire::pack(sig)),
-        op_(op),
+        kernels_(kernels),
         timeout_(timeout),
         ws_(ep_->take_workspace()),
         mem_{input, output, nullptr},
@@ -106,52 +106,10 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
     for (std::size_t i = 0; i < n; ++i)
       if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
     advance();
+    enter();
   }
 
-  ~fabric_execution() override {
-    if (phase_ == phase::running) {
-      std::error_code ignored;
-      wait(ignored);
-    }
-  }
-
-  bool test(std::error_code& ec) override {
-    bool progressed = false;
-    while (advance()) progressed = true;
-    idle_tests_ = progressed ? 0 : idle_tests_ + 1;
-    if (phase_ == phase::running && idle_tests_ >= stalled_rounds && idle_tests_ % 64 == 0) unblock_rings();
-    if (phase_ == phase::running) check_time();
-    ec = ec_;
-    return phase_ != phase::running;
-  }
-
-  void wait(std::error_code& ec) override {
-    int idle = 0;
-    while (phase_ == phase::running) {
-      if (advance()) {
-        idle = 0;
-        continue;
-      }
-      // Spin while a peer is likely microseconds away, then give the core away: ranks
-      // often outnumber cores in tests. Idle, read the provider's queue every round (a
-      // mailbox-only call reads it every 64th): a peer's abort may need a connection
-      // set up first, which takes progress on both sides.
-      if (++idle > 256) {
-        (void)ep_->progress();
-        if (idle < 20000)
-          std::this_thread::yield();
-        else
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        if ((idle & 63) == 0) {
-          if (idle >= stalled_rounds) unblock_rings();
-          check_time();
-        }
-      }
-    }
-    ec = ec_;
-  }
-
-  const std::string& message() const override { return message_; }
+  ~fabric_execution() override { leave(); }
 
   void finish() override {
     std::error_code ignored;
@@ -161,6 +119,16 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
  private:
   enum class phase { running, done, failed };
 
+  /// Idle, the provider's queue is read every round (a mailbox-only call reads it every
+  /// 64th when busy): a peer's abort may need a connection set up first, which takes
+  /// progress on both sides.
+  void idle(int rounds) override {
+    if (rounds > 256) (void)ep_->progress();
+    if (phase_ != phase::running || (rounds != 1 && (rounds & 63) != 0)) return;
+    if (rounds >= stalled_rounds) unblock_rings();
+    check_time();
+  }
+
   // Staging for recv_reduce: about fabric_options::staging_bytes, in at least 2 and at
   // most max_staged slots.
   static constexpr std::size_t max_staged = 64;
@@ -169,7 +137,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
 
   /// One round of progress; true if anything changed.
-  bool advance() {
+  bool advance() override {
     if (phase_ != phase::running) return false;
     if (auto f = ep_->failure(sig_.sequence)) return fail_from(*f), true;
     // A call whose messages all go through mailboxes needs the provider only for control
@@ -186,6 +154,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       if (one_sided_ && plan_->desc.output_bytes())
         std::memcpy(user_output_, mem_.output, plan_->desc.output_bytes());
       phase_ = phase::done;
+      succeed();
       give_back_memory();
       changed = true;
     }
@@ -220,7 +189,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
           }
           break;
         default:
-          run_local_step(op_, st, mem_, plan_->desc.size);
+          run_local_step(kernels_, st, mem_, plan_->desc.size);
           complete(id);
       }
     }
@@ -369,7 +338,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
       return true;
     }
     if (st.kind == kind::recv_reduce)
-      combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), m->payload, st.dst.bytes);
+      kernels_.combine(mem_.write(st.dst), mem_.read(st.src), m->payload, st.dst.bytes);
     else if (st.dst.bytes)
       std::memcpy(mem_.write(st.dst), m->payload, st.dst.bytes);
     box.take(peer);
@@ -546,7 +515,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
 
   void reduce_staged(schedule::step_id id) {
     const schedule::step& st = step_at(id);
-    combine_bytes(op_, mem_.write(st.dst), mem_.read(st.src), staged(id), st.dst.bytes);
+    kernels_.combine(mem_.write(st.dst), mem_.read(st.src), staged(id), st.dst.bytes);
     free_slots_.push_back(state_[id].slot);
     stage_more();
     complete(id);
@@ -646,15 +615,14 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   void fail(errc code, std::string message) {
     if (phase_ != phase::running) return;
     end(code, message);
-    ep_->announce_failure(sig_.sequence, code, message_);
+    ep_->announce_failure(sig_.sequence, code, this->message());
   }
 
   /// Ends the call with an error: cancels the receives still posted (a late message must
   /// not land in the caller's buffers) and waits briefly for the provider to let go.
   void end(errc code, std::string message) {
     phase_ = phase::failed;
-    ec_ = make_error_code(code);
-    message_ = std::move(message);
+    end_with(code, std::move(message));
     // This call's messages still waiting would only fill the rings.
     const std::uint64_t mine = wire::data_tag(0, sig_.sequence, 0) & call_bits;
     each_box([&](local_mailboxes& box) {
@@ -697,7 +665,7 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::shared_ptr<const schedule::schedule> plan_;
   signature sig_;
   std::uint64_t packed_;
-  Op op_;
+  const reduce::host_kernels& kernels_;
   std::chrono::milliseconds timeout_;
   clock::time_point deadline_, probe_at_;
   std::unique_ptr<fabric_workspace> ws_;
@@ -727,15 +695,12 @@ class fabric_execution final : public mimatrix::detail::operation, private fabri
   std::size_t completed_ = 0;
   std::size_t in_flight_ = 0;  // this call's posted libfabric operations
   std::uint32_t rounds_ = 0;
-  int idle_tests_ = 0;  // test() calls in a row that made no progress
   /// Rounds without progress (about 20 ms in wait()) after which a call sets aside what
   /// its rings hold (unblock_rings).
   static constexpr int stalled_rounds = 20000;
   bool probed_ = false;
   bool clock_started_ = false;
   phase phase_ = phase::running;
-  std::error_code ec_;
-  std::string message_;
 };
 
 }  // namespace mimatrix::transport::detail
