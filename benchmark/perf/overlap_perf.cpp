@@ -1,7 +1,8 @@
 // How much of a non-blocking allreduce is done while the caller computes, by transport
 // and progress mode: per size, the blocking time of the call alone, then the time left in
 // wait() after `--compute-ms` of a busy loop started right after start(). overlap% =
-// 1 - wait / blocking: 100% hid the whole call, 0% hid nothing.
+// 1 - wait / blocking: 100% hid the whole call, 0% hid nothing. compute% is the work the
+// loop got done beside the call, against the loop alone: what the progress costs it.
 //
 //   overlap_perf --transport inproc -n 2                     (threads of this process)
 //   mimatrix-run -n 2 overlap_perf --transport fabric        (processes; MIMATRIX_PROVIDER)
@@ -35,13 +36,16 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-/// A compute loop the optimizer cannot drop: the caller's forward or backward pass.
-double busy(double ms, std::vector<float>& work) {
+/// A compute loop the optimizer cannot drop (the caller's forward or backward pass);
+/// returns the passes it made.
+double busy(double ms, std::vector<float>& work, double& sink) {
   const auto t0 = clock_type::now();
-  double acc = 0;
-  while (ms_since(t0) < ms)
-    for (std::size_t i = 0; i < work.size(); ++i) acc += work[i] = std::sqrt(work[i] * 1.0001f + 1.0f);
-  return acc;
+  double passes = 0;
+  while (ms_since(t0) < ms) {
+    for (std::size_t i = 0; i < work.size(); ++i) sink += work[i] = std::sqrt(work[i] * 1.0001f + 1.0f);
+    ++passes;
+  }
+  return passes;
 }
 
 template <class Transport>
@@ -50,20 +54,21 @@ void measure(mimatrix::communicator<Transport>& comm, const settings& s, const c
   std::vector<float> work(4096, 1.0f);
   double sink = 0;
   if (comm.rank() == 0)
-    std::printf("# %-22s %8s %10s %12s %12s %9s\n", "transport", "progress", "size(B)", "blocking(ms)",
-                "wait(ms)", "overlap%");
+    std::printf("# %-22s %8s %10s %12s %12s %9s %9s\n", "transport", "progress", "size(B)", "blocking(ms)",
+                "wait(ms)", "overlap%", "compute%");
   for (auto mode : {mimatrix::progress_mode::caller, mimatrix::progress_mode::thread}) {
     comm.set_progress(mode);
+    const double alone = busy(s.compute_ms, work, sink);
     for (std::size_t mib : s.mib) {
       std::vector<float> data(mib * (std::size_t(1) << 20) / sizeof(float), 1.0f);
       sum(data);  // warm-up: schedules, registrations, pages
-      double blocking = 0, waiting = 0;
+      double blocking = 0, waiting = 0, passes = 0;
       for (int it = 0; it < s.iters; ++it) {
         auto t0 = clock_type::now();
         sum(data);
         blocking += ms_since(t0);
         auto pending = sum.start(data);
-        sink += busy(s.compute_ms, work);
+        passes += busy(s.compute_ms, work, sink);
         t0 = clock_type::now();
         pending.wait();
         waiting += ms_since(t0);
@@ -71,9 +76,10 @@ void measure(mimatrix::communicator<Transport>& comm, const settings& s, const c
       blocking /= s.iters;
       waiting /= s.iters;
       if (comm.rank() == 0)
-        std::printf("  %-22s %8s %10zu %12.2f %12.2f %8.0f%%\n", label,
+        std::printf("  %-22s %8s %10zu %12.2f %12.2f %8.0f%% %8.0f%%\n", label,
                     mode == mimatrix::progress_mode::thread ? "thread" : "caller", data.size() * sizeof(float),
-                    blocking, waiting, 100.0 * std::clamp(1.0 - waiting / blocking, 0.0, 1.0));
+                    blocking, waiting, 100.0 * std::clamp(1.0 - waiting / blocking, 0.0, 1.0),
+                    100.0 * passes / s.iters / alone);
     }
   }
   if (sink == 42) std::puts("");

@@ -6,3 +6,15 @@
 #else
 #define MIMATRIX_HOST_DEVICE
 #endif
+
+// Separate compilation, as asio offers it: header-only by default; with
+// MIMATRIX_SEPARATE_COMPILATION the heavy parts (the libfabric transport and the kernel
+// table) are declared here and compiled once, in the target mimatrix::compiled or in one
+// translation unit of the user's that includes "mimatrix/impl/src.hpp".
+#if defined(MIMATRIX_SEPARATE_COMPILATION)
+#define MIMATRIX_HEADER_ONLY 0
+#define MIMATRIX_DECL
+#else
+#define MIMATRIX_HEADER_ONLY 1
+#define MIMATRIX_DECL inline
+#endif

@@ -1,0 +1,119 @@
+// transport::fabric's definitions: in every translation unit when header-only, or once,
+// in mimatrix::compiled (or the user's impl/src.hpp unit), with separate compilation.
+#pragma once
+
+#include <cstdlib>
+#include <optional>
+
+#include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/transport/fabric.hpp"
+#include "mimatrix/transport/fabric/endpoint.hpp"
+#include "mimatrix/transport/fabric/execution.hpp"
+
+namespace mimatrix::transport {
+
+MIMATRIX_DECL fabric::fabric(fabric_options options) : fabric(bootstrap::identity_from_environment(), nullptr, options) {}
+
+MIMATRIX_DECL fabric::fabric(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store,
+                             fabric_options options) {
+  options = resolve(std::move(options), id);
+  if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
+  endpoint_ = std::make_shared<detail::fabric_endpoint>(
+      id, std::move(store),
+      detail::fabric_settings{.provider = options.provider,
+                              .startup_timeout = options.startup_timeout,
+                              .register_always = options.register_always,
+                              .staging_bytes = options.staging_bytes,
+                              .window_bytes = options.window_bytes,
+                              .mailbox = options.mailbox,
+                              .bulk = options.bulk,
+                              .chunk_bytes = options.chunk_bytes});
+}
+
+MIMATRIX_DECL std::size_t fabric::chunk_for_provider(const std::string& provider) {
+  return detail::fabric_endpoint::chunk_for_provider(provider);
+}
+
+MIMATRIX_DECL int fabric::rank() const { return endpoint_->rank(); }
+MIMATRIX_DECL int fabric::size() const { return endpoint_->size(); }
+MIMATRIX_DECL const std::string& fabric::provider() const { return endpoint_->provider(); }
+MIMATRIX_DECL std::size_t fabric::registrations() const { return endpoint_->registrations().registrations(); }
+MIMATRIX_DECL std::size_t fabric::registration_hits() const { return endpoint_->registrations().hits(); }
+MIMATRIX_DECL std::size_t fabric::live_registrations() const { return endpoint_->registrations().live(); }
+
+MIMATRIX_DECL std::size_t fabric::deregister(const void* data, std::size_t bytes) {
+  auto lock = endpoint_->engine().lock();
+  return endpoint_->forget_registrations(data, bytes);
+}
+
+MIMATRIX_DECL std::size_t fabric::window_bytes() const { return endpoint_->window_half_bytes(); }
+MIMATRIX_DECL std::size_t fabric::one_sided_calls() const { return endpoint_->one_sided_calls(); }
+MIMATRIX_DECL bool fabric::uses_mailboxes() const { return endpoint_->mailboxes() != nullptr; }
+MIMATRIX_DECL bool fabric::uses_bulk_rings() const { return endpoint_->bulk_mailboxes() != nullptr; }
+MIMATRIX_DECL algorithm::policy fabric::suggested_policy() const { return {endpoint_->chunk_bytes()}; }
+
+MIMATRIX_DECL bool fabric::runs_one_sided(const schedule::descriptor& d, std::size_t scratch_bytes) const {
+  return d.kind != schedule::collective::broadcast && endpoint_->one_sided_usable() &&
+         (d.output_bytes() + 63) / 64 * 64 + scratch_bytes <= endpoint_->window_half_bytes();
+}
+
+MIMATRIX_DECL progress_engine& fabric::progress() { return endpoint_->engine(); }
+
+MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::shared_ptr<const schedule::schedule> plan,
+                                                                         const std::byte* input, std::byte* output,
+                                                                         const signature& sig,
+                                                                         const reduce::host_kernels& kernels,
+                                                                         std::chrono::milliseconds timeout) {
+  auto lock = endpoint_->engine().lock();
+  return std::make_unique<detail::fabric_execution>(endpoint_, std::move(plan), input, output, sig, kernels, timeout);
+}
+
+MIMATRIX_DECL void fabric::fail(const signature& sig, errc code, const std::string& why) {
+  auto lock = endpoint_->engine().lock();
+  endpoint_->announce_failure(sig.sequence, code, why);
+}
+
+MIMATRIX_DECL fabric_options fabric::resolve(fabric_options o, const bootstrap::identity& id) {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  const auto bad = [&](const char* name, const std::string& want, const std::string& got) {
+    return error(errc::invalid_argument,
+                 "rank " + std::to_string(id.rank) + ": " + name + " must be " + want + ", got '" + got + "'");
+  };
+  // A number of at least `least`, if the variable is set.
+  const auto number = [&](const char* name, long long least, const std::string& want) -> std::optional<long long> {
+    const std::string text = env(name);
+    if (text.empty()) return std::nullopt;
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (*end != '\0' || v < least) throw bad(name, want, text);
+    return v;
+  };
+  if (o.provider.empty()) o.provider = env("MIMATRIX_PROVIDER");
+  if (o.provider.empty()) o.provider = env("FI_PROVIDER");
+  if (o.provider.empty() && id.local_size == id.size) o.provider = "shm";
+  if (auto v = number("MIMATRIX_STARTUP_TIMEOUT_MS", 1, "a positive number of milliseconds"))
+    o.startup_timeout = std::chrono::milliseconds(*v);
+  if (auto v = number("MIMATRIX_STAGING_BYTES", 1, "a positive number of bytes")) o.staging_bytes = std::size_t(*v);
+  if (auto v = number("MIMATRIX_CHUNK_BYTES", 1, "a positive number of bytes")) o.chunk_bytes = std::size_t(*v);
+  if (auto v = number("MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)"))
+    o.window_bytes = std::size_t(*v);
+  // on | off | auto as 1 | 0 | -1, if the variable is set.
+  const auto switch_of = [&](const char* name, int& into) {
+    const std::string v = env(name);
+    if (v.empty()) return;
+    if (v != "on" && v != "off" && v != "auto") throw bad(name, "'on', 'off' or 'auto'", v);
+    into = v == "on" ? 1 : v == "off" ? 0 : -1;
+  };
+  switch_of("MIMATRIX_MAILBOX", o.mailbox);
+  switch_of("MIMATRIX_BULK", o.bulk);
+  if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
+    if (reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
+    o.register_always = reg == "always";
+  }
+  return o;
+}
+
+}  // namespace mimatrix::transport
