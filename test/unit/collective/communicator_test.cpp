@@ -1,0 +1,66 @@
+// communicator: a second thread that starts a call while another thread's calls are in
+// flight gets a clear error, not silently crossed buffers; handing a communicator over
+// between threads stays allowed.
+#include "mimatrix/communicator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/allreduce.hpp"
+#include "mimatrix/transport/inproc.hpp"
+
+namespace mimatrix {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::inproc;
+using sum_t = allreduce<inproc, topology::ring, reduce::sum<std::int64_t>>;
+
+TEST(communicator, a_second_thread_starting_while_calls_are_in_flight_is_refused) {
+  std::atomic<bool> refused{false};
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(10s);
+    sum_t sum(comm);
+    std::vector<std::int64_t> a(1000, r + 1), b(1000, 7);
+    if (r == 0) {
+      auto pending = sum.start(a);  // in flight until rank 1 joins
+      std::thread other([&] {
+        try {
+          (void)sum.start(b);
+        } catch (const error& e) {
+          refused = e.code() == errc::invalid_argument &&
+                    std::string(e.what()).find("rank 0: a second thread started a collective") != std::string::npos;
+        }
+      });
+      other.join();
+      pending.wait();
+    } else {
+      while (!refused.load()) std::this_thread::sleep_for(1ms);
+      sum(a);
+    }
+    EXPECT_EQ(a[0], 3) << "rank " << r;
+  });
+  EXPECT_TRUE(refused.load());
+}
+
+TEST(communicator, another_thread_may_take_over_once_the_calls_are_done) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    sum_t sum(comm);
+    std::vector<std::int64_t> v(100, 1);
+    sum(v);
+    std::thread([&] { sum(v); }).join();
+    sum(v);
+    EXPECT_EQ(v[0], 8);
+  });
+}
+
+}  // namespace
+}  // namespace mimatrix
