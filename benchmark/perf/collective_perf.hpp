@@ -1,5 +1,6 @@
 // mimatrix's nccl-tests-style benchmarks over transport::fabric: one runner for the four
-// collectives, with the type and operation chosen at run time and the algorithm by --algo.
+// collectives through the runtime-typed entry (collectives.hpp): the type, the operation
+// and the algorithm (--algo) are values, as a framework has them.
 // `--ranks N` without a launcher's environment starts N local ranks of this same program.
 #pragma once
 
@@ -9,17 +10,13 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
-#include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "driver.hpp"
-#include "mimatrix/algorithm/automatic.hpp"
-#include "mimatrix/allgather.hpp"
-#include "mimatrix/allreduce.hpp"
 #include "mimatrix/bootstrap/launch.hpp"
-#include "mimatrix/broadcast.hpp"
-#include "mimatrix/reduce_scatter.hpp"
+#include "mimatrix/collectives.hpp"
 #include "mimatrix/topology/bigraph.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
@@ -29,110 +26,78 @@ namespace mimatrix::perf {
 
 using fabric_comm = communicator<transport::fabric>;
 
-/// One collective call over byte buffers, bound to a type, an operation and a topology.
+/// mimatrix's dtype for the harness's name; none for uint32 and uint64.
+inline std::optional<mimatrix::dtype> to_mimatrix(dtype t) {
+  switch (t) {
+    case dtype::int8: return mimatrix::dtype::int8;
+    case dtype::uint8: return mimatrix::dtype::uint8;
+    case dtype::int32: return mimatrix::dtype::int32;
+    case dtype::int64: return mimatrix::dtype::int64;
+    case dtype::half: return mimatrix::dtype::float16;  // same bits as perf::half_t
+    case dtype::bfloat16: return mimatrix::dtype::bfloat16;
+    case dtype::float32: return mimatrix::dtype::float32;
+    case dtype::float64: return mimatrix::dtype::float64;
+    default: return std::nullopt;
+  }
+}
+
+/// One collective call over byte buffers through the runtime-typed entry, on the
+/// topology the algorithm needs.
 class call {
  public:
   virtual ~call() = default;
   virtual void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) = 0;
 };
 
-template <collective C, class Topology, class Op>
-class typed_call final : public call {
-  using T = typename Op::value_type;
-
+template <collective C, class Topology>
+class runtime_call final : public call {
  public:
-  typed_call(fabric_comm& comm, Topology topo)
-      : run_(make(comm, std::move(topo))), rank_(comm.rank()), size_(comm.size()) {}
+  runtime_call(fabric_comm& comm, Topology topo, mimatrix::dtype type, redop op, const std::string& algo)
+      : coll_(comm, std::move(topo)),
+        type_(type),
+        op_(static_cast<reduce::op_kind>(op)),  // the same order: sum prod min max avg
+        options_{algo == "auto" ? std::string() : algo, std::nullopt} {}
+
   void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) override {
-    const std::size_t p = std::size_t(size());
-    auto* src = reinterpret_cast<const T*>(in);
-    auto* dst = reinterpret_cast<T*>(out);
-    T* mine = const_cast<T*>(src);  // in place: input and output are one buffer
-    if constexpr (C == collective::allreduce) {
-      if (in_place) return run_(std::span<T>(mine, count));
-      run_(std::span<const T>(src, count), std::span<T>(dst, count));
-    } else if constexpr (C == collective::reduce_scatter) {
-      if (in_place) return run_(std::span<const T>(src, count * p), std::span<T>(mine + count * rank(), count));
-      run_(std::span<const T>(src, count * p), std::span<T>(dst, count));
-    } else if constexpr (C == collective::allgather) {
-      if (in_place) return run_(std::span<const T>(dst + count * rank(), count), std::span<T>(dst, count * p));
-      run_(std::span<const T>(src, count), std::span<T>(dst, count * p));
-    } else {
-      if (in_place) return run_(std::span<T>(mine, count), root);
-      run_(std::span<const T>(src, count), std::span<T>(dst, count), root);
-    }
+    const std::size_t block = count * size_of(type_) * std::size_t(coll_.comm().rank());
+    auto* mine = const_cast<std::byte*>(in);  // in place: input and output are one buffer
+    request pending;
+    if constexpr (C == collective::allreduce)
+      pending = coll_.allreduce(in, in_place ? mine : out, count, type_, op_, options_);
+    else if constexpr (C == collective::reduce_scatter)
+      pending = coll_.reduce_scatter(in, in_place ? mine + block : out, count, type_, op_, options_);
+    else if constexpr (C == collective::allgather)
+      pending = coll_.allgather(in_place ? out + block : in, out, count, type_, options_);
+    else
+      pending = coll_.broadcast(in, in_place ? mine : out, count, type_, root, options_);
+    pending.wait();
   }
 
  private:
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  // The collective types are not movable (their engine refers to the communicator), so
-  // the member is built in place from this factory's prvalue.
-  static auto make(fabric_comm& comm, Topology topo) {
-    if constexpr (C == collective::allreduce)
-      return allreduce<transport::fabric, Topology, Op, algorithm::automatic>(comm, std::move(topo));
-    else if constexpr (C == collective::reduce_scatter)
-      return reduce_scatter<transport::fabric, Topology, Op, algorithm::automatic>(comm, std::move(topo));
-    else if constexpr (C == collective::allgather)
-      return allgather<transport::fabric, Topology, T, algorithm::automatic>(comm, std::move(topo));
-    else
-      return broadcast<transport::fabric, Topology, T, algorithm::automatic>(comm, std::move(topo));
-  }
-  decltype(make(std::declval<fabric_comm&>(), std::declval<Topology>())) run_;
-  int rank_ = 0, size_ = 1;
+  collectives<transport::fabric, Topology> coll_;
+  mimatrix::dtype type_;
+  reduce::op_kind op_;
+  call_options options_;
 };
-
-/// mimatrix's types for the harness's run-time names; nullptr where mimatrix has none.
-template <collective C, class Topology>
-std::unique_ptr<call> make_call(fabric_comm& comm, const Topology& topo, dtype t, redop op) {
-  auto with = [&]<class T>() -> std::unique_ptr<call> {
-    if constexpr (C == collective::allgather || C == collective::broadcast) {
-      return std::make_unique<typed_call<C, Topology, reduce::sum<T>>>(comm, topo);  // no reduction
-    } else {
-      switch (op) {
-        case redop::sum: return std::make_unique<typed_call<C, Topology, reduce::sum<T>>>(comm, topo);
-        case redop::prod: return std::make_unique<typed_call<C, Topology, reduce::prod<T>>>(comm, topo);
-        case redop::min: return std::make_unique<typed_call<C, Topology, reduce::min<T>>>(comm, topo);
-        case redop::max: return std::make_unique<typed_call<C, Topology, reduce::max<T>>>(comm, topo);
-        case redop::avg: return std::make_unique<typed_call<C, Topology, reduce::avg<T>>>(comm, topo);
-      }
-      return nullptr;
-    }
-  };
-  switch (t) {
-    case dtype::int8: return with.template operator()<std::int8_t>();
-    case dtype::uint8: return with.template operator()<std::uint8_t>();
-    case dtype::int32: return with.template operator()<std::int32_t>();
-    case dtype::int64: return with.template operator()<std::int64_t>();
-    case dtype::half: return with.template operator()<mimatrix::half>();  // same bits as perf::half_t
-    case dtype::bfloat16: return with.template operator()<mimatrix::bfloat16>();
-    case dtype::float32: return with.template operator()<float>();
-    case dtype::float64: return with.template operator()<double>();
-    default: return nullptr;  // uint32, uint64
-  }
-}
 
 /// The harness's runner over a fabric communicator.
 template <collective C>
 class fabric_runner {
  public:
   explicit fabric_runner(const options& o) : o_(o) {
-    // --algo names an algorithm (MIMATRIX_ALGO pins it); gdraa and hdrm need their own
-    // topologies, which only allreduce_perf builds (they triple its compile time).
-    if constexpr (C == collective::allreduce) {
-      if (o.algo == "gdraa")
-        call_ = make_call<C>(comm_, topology::mesh{}, o.type, o.op);
-      else if (o.algo == "hdrm")
-        call_ = make_call<C>(comm_, topology::bigraph::for_size(comm_.size()), o.type, o.op);
-    } else if (o.algo == "gdraa" || o.algo == "hdrm") {
-      std::fprintf(stderr, "--algo %s: only allreduce_perf builds its topology\n", o.algo.c_str());
-      std::exit(2);
-    }
-    if (!call_) call_ = make_call<C>(comm_, topology::ring{}, o.type, o.op);
-    if (!call_) {
+    const auto type = to_mimatrix(o.type);
+    if (!type) {
       std::fprintf(stderr, "mimatrix has no %s type\n", std::string(name(o.type)).c_str());
       std::exit(2);
     }
+    // --algo names an algorithm; gdraa and hdrm run on their own topologies.
+    if (o.algo == "gdraa")
+      call_ = std::make_unique<runtime_call<C, topology::mesh>>(comm_, topology::mesh{}, *type, o.op, o.algo);
+    else if (o.algo == "hdrm")
+      call_ = std::make_unique<runtime_call<C, topology::bigraph>>(comm_, topology::bigraph::for_size(comm_.size()),
+                                                                   *type, o.op, o.algo);
+    else
+      call_ = std::make_unique<runtime_call<C, topology::ring>>(comm_, topology::ring{}, *type, o.op, o.algo);
   }
 
   int rank() const { return comm_.rank(); }
@@ -178,17 +143,13 @@ class fabric_runner {
     }
   }
 
-  void barrier() {
-    std::int32_t token = 0;
-    barrier_(std::span<std::int32_t>(&token, 1));
-  }
+  void barrier() { harness_.barrier(); }
 
   double combine(double v, combine_op how) {
-    switch (how) {
-      case combine_op::sum: sum_(std::span<double>(&v, 1)); break;
-      case combine_op::min: min_(std::span<double>(&v, 1)); break;
-      case combine_op::max: max_(std::span<double>(&v, 1)); break;
-    }
+    const auto op = how == combine_op::sum ? reduce::op_kind::sum
+                    : how == combine_op::min ? reduce::op_kind::min
+                                             : reduce::op_kind::max;
+    harness_.allreduce(&v, &v, 1, mimatrix::dtype::float64, op).wait();
     return v;
   }
 
@@ -196,10 +157,7 @@ class fabric_runner {
   const options& o_;
   fabric_comm comm_;
   std::unique_ptr<call> call_;
-  allreduce<transport::fabric, topology::ring, reduce::sum<std::int32_t>> barrier_{comm_};
-  allreduce<transport::fabric, topology::ring, reduce::sum<double>> sum_{comm_};
-  allreduce<transport::fabric, topology::ring, reduce::min<double>> min_{comm_};
-  allreduce<transport::fabric, topology::ring, reduce::max<double>> max_{comm_};
+  collectives<transport::fabric> harness_{comm_};  // the sweep's barriers and timings
   std::vector<std::byte> in_, out_;
   shape shape_{};
   bool in_place_ = false;
@@ -211,8 +169,6 @@ int collective_main(int argc, char** argv, const char* program) {
   const options o = parse_or_exit(argc, argv);
   std::string provider = o.provider == "tcp" ? "tcp;ofi_rxm" : o.provider;
   if (!provider.empty()) ::setenv("MIMATRIX_PROVIDER", provider.c_str(), 1);
-  if (!o.algo.empty() && o.algo != "auto" && o.algo != "gdraa" && o.algo != "hdrm")
-    ::setenv("MIMATRIX_ALGO", o.algo.c_str(), 1);  // automatic obeys MIMATRIX_ALGO rules
   if (o.ranks > 0 && !std::getenv("WORLD_SIZE") && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
       !std::getenv("SLURM_NTASKS") && !std::getenv("PMI_SIZE")) {
     bootstrap::launch_options l;
