@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "mimatrix/algorithm/halving_doubling.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
@@ -44,6 +45,42 @@ MIMATRIX_SCENARIO(exact_at_the_suggested_chunk) {
         return std::printf("rank %d, call %d: element %zu is %lld\n", comm.rank(), k, i, (long long)out[i]), 1;
   }
   return 0;
+}
+
+/// Thousands of 256-byte chunks a call (issue 16, item 2): over tcp;ofi_rxm the allgather
+/// phase's receives, ready at once, used to fill the provider's receive queue, so the
+/// recv_reduce receives of the phase before could never be posted.
+template <class Algorithm>
+int exact_with_tiny_chunks(communicator<fabric>& comm) {
+  allreduce<fabric, topology::ring, reduce::sum<float>, Algorithm> sum(comm, {}, Algorithm(algorithm::policy{256}));
+  const int p = comm.size();
+  std::vector<float> v(300007);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i + std::size_t(comm.rank())) % 7);
+  sum(v);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    float want = 0;
+    for (int r = 0; r < p; ++r) want += float((i + std::size_t(r)) % 7);
+    if (v[i] != want)
+      return std::printf("rank %d %s: element %zu is %g, expected %g\n", comm.rank(), Algorithm::name.data(), i,
+                         double(v[i]), double(want)),
+             1;
+  }
+  return 0;
+}
+
+MIMATRIX_SCENARIO(tiny_chunks) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::seconds(20));
+  return exact_with_tiny_chunks<algorithm::ring>(comm) + exact_with_tiny_chunks<algorithm::halving_doubling>(comm);
+}
+
+TEST(chunking, thousands_of_tiny_chunks_a_call_do_not_fill_the_providers_receive_queue) {
+  for (const auto& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(2, provider, "tiny_chunks", {}, std::chrono::seconds(60));
+    ASSERT_FALSE(r.timed_out) << test::all_output(r);
+    EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  }
 }
 
 TEST(chunking, rxm_providers_get_1_MiB_chunks_shm_512_KiB_and_others_the_default) {

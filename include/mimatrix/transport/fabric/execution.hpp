@@ -233,6 +233,10 @@ class fabric_execution final : public execution, private fabric_call {
       ret = fi_tsenddata(ep_->ep(), data, st.src.bytes, ep_->registrations().descriptor(data, st.src.bytes),
                          packed_, ep_->address(st.peer), tag, &r->ctx);
     } else {
+      if (st.kind == kind::recv && posted_receives_ >= max_posted_receives) {
+        ep_->release(r);
+        return false;  // held back by us: the provider's receive queue stays open to recv_reduce
+      }
       std::byte* data = st.kind == kind::recv ? mem_.write(st.dst) : staged(id);
       call = "fi_trecv";
       ret = fi_trecv(ep_->ep(), data, st.dst.bytes, ep_->registrations().descriptor(data, st.dst.bytes),
@@ -249,6 +253,7 @@ class fabric_execution final : public execution, private fabric_call {
     }
     state_[id].request = r;
     ++in_flight_;
+    if (st.kind == kind::recv) ++posted_receives_;
     return true;
   }
 
@@ -459,6 +464,7 @@ class fabric_execution final : public execution, private fabric_call {
     --in_flight_;
     ep_->release(&r);
     const schedule::step& st = step_at(id);
+    if (st.kind == kind::recv) --posted_receives_;
     if (st.kind == kind::send || schedule::is_one_sided(st.kind)) return complete(id);
     if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
       return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " runs " +
@@ -480,6 +486,7 @@ class fabric_execution final : public execution, private fabric_call {
     --in_flight_;
     ep_->release(&r);
     const schedule::step& st = step_at(id);
+    if (st.kind == kind::recv) --posted_receives_;
     const int code = e.err < 0 ? -e.err : e.err;  // providers differ in the sign
     if (code == FI_ETRUNC)
       return fail(errc::mismatch,
@@ -566,8 +573,12 @@ class fabric_execution final : public execution, private fabric_call {
 
   std::string stuck_reason() const {
     std::string s = waiting_for();
+    std::size_t receives = 0;
+    for (schedule::step_id id : to_post_) receives += step_at(id).kind == kind::send ? 0 : 1;
     if (!to_post_.empty())
-      s += "; " + std::to_string(to_post_.size()) + " post(s) held back by the provider (-FI_EAGAIN), first step " +
+      s += "; " + std::to_string(to_post_.size()) + " post(s) held back (by the provider's -FI_EAGAIN, or receives over the cap of " +
+           std::to_string(max_posted_receives) + "; " +
+           std::to_string(receives) + " of them receives), first step " +
            std::to_string(to_post_.front()) + " to rank " + std::to_string(step_at(to_post_.front()).peer);
     return s;
   }
@@ -694,6 +705,11 @@ class fabric_execution final : public execution, private fabric_call {
   std::size_t slot_bytes_ = 0;
   std::size_t completed_ = 0;
   std::size_t in_flight_ = 0;  // this call's posted libfabric operations
+  std::size_t posted_receives_ = 0;  // of them, receives of recv steps
+  /// recv steps posted to the provider at once, in the order they became ready. Providers
+  /// bound their posted receives (rxm over tcp: a few thousand); a later phase's receives,
+  /// ready early, must not take the room that this phase's recv_reduce receives need.
+  static constexpr std::size_t max_posted_receives = 256;
   std::uint32_t rounds_ = 0;
   /// Rounds without progress (about 20 ms in wait()) after which a call sets aside what
   /// its rings hold (unblock_rings).
