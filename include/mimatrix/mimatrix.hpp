@@ -8,7 +8,7 @@
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/options.hpp"
-#include "mimatrix/core/signature.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/reduce/cpu.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/reduce/ops.hpp"

@@ -9,22 +9,9 @@
 #include <utility>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/operation.hpp"
 
 namespace mimatrix {
-
-namespace detail {
-/// What a transport runs for one collective call.
-class operation {
- public:
-  virtual ~operation() = default;
-  /// Makes whatever progress is possible without blocking; true once finished
-  /// (successfully or not: then `ec` holds the error and `message()` says why).
-  virtual bool test(std::error_code& ec) = 0;
-  /// Blocks until finished or failed (a deadline bounds every wait).
-  virtual void wait(std::error_code& ec) = 0;
-  virtual const std::string& message() const = 0;
-};
-}  // namespace detail
 
 /// @par Thread Safety
 /// A request is used by one thread at a time.

@@ -9,12 +9,12 @@
 #include <memory>
 #include <string>
 
-#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
+#include "mimatrix/core/operation.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
-#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/policy.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport {
@@ -55,7 +55,7 @@ concept runs_one_sided_sometimes = requires(const T& t, const schedule::descript
 /// collectives hand the suggestion to their algorithm, which keeps whatever the user set.
 template <class T>
 concept suggests_policy = requires(const T& t) {
-  { t.suggested_policy() } -> std::same_as<algorithm::policy>;
+  { t.suggested_policy() } -> std::same_as<schedule::policy>;
 };
 
 }  // namespace mimatrix::transport

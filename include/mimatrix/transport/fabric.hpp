@@ -11,15 +11,15 @@
 #include <string>
 #include <utility>
 
-#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
+#include "mimatrix/core/operation.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
-#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/policy.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {
@@ -121,7 +121,7 @@ class fabric {
   MIMATRIX_DECL bool uses_bulk_rings() const;
 
   /// The tuning the collectives give algorithms that leave it open (fabric_options::chunk_bytes).
-  MIMATRIX_DECL algorithm::policy suggested_policy() const;
+  MIMATRIX_DECL schedule::policy suggested_policy() const;
 
   /// Whether call `d`, whose schedules need at most `scratch_bytes` of scratch on any
   /// rank, runs its one-sided steps as RMA writes. Every rank answers alike, except after

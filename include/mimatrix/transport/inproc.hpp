@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
+#include "mimatrix/core/operation.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
-#include "mimatrix/request.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/detail/inproc_execution.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
 #include "mimatrix/transport/progress.hpp"

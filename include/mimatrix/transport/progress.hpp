@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/operation.hpp"
 #include "mimatrix/core/options.hpp"
-#include "mimatrix/request.hpp"
 
 namespace mimatrix::transport {
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"

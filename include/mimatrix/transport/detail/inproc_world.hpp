@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {

@@ -26,11 +26,11 @@
 #include <thread>
 #include <vector>
 
-#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/schedule/policy.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/registration_cache.hpp"
@@ -208,11 +208,11 @@ class fabric_endpoint {
   /// The chunk that suits a provider, measured with allreduce_perf at 8-64 MiB
   /// (docs/performance.md): 1 MiB over rxm (tcp;ofi_rxm, verbs;ofi_rxm), where each
   /// message above 16 KiB costs a rendezvous round trip; 512 KiB over shm, fewer messages
-  /// while a chunk still fits in cache; else algorithm::default_chunk_bytes.
+  /// while a chunk still fits in cache; else schedule::default_chunk_bytes.
   static std::size_t chunk_for_provider(const std::string& provider) {
     if (provider.ends_with("ofi_rxm")) return std::size_t(1) << 20;
     if (provider == "shm") return std::size_t(512) << 10;
-    return algorithm::default_chunk_bytes;
+    return schedule::default_chunk_bytes;
   }
 
   // ---- one-sided calls over the RMA window ---------------------------------------

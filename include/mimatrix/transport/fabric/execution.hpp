@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
 #include "mimatrix/transport/host_steps.hpp"

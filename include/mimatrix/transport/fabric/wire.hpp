@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/core/signature.hpp"
+#include "mimatrix/schedule/signature.hpp"
 
 namespace mimatrix::transport::detail {
 

@@ -50,7 +50,7 @@ MIMATRIX_DECL std::size_t fabric::window_bytes() const { return endpoint_->windo
 MIMATRIX_DECL std::size_t fabric::one_sided_calls() const { return endpoint_->one_sided_calls(); }
 MIMATRIX_DECL bool fabric::uses_mailboxes() const { return endpoint_->mailboxes() != nullptr; }
 MIMATRIX_DECL bool fabric::uses_bulk_rings() const { return endpoint_->bulk_mailboxes() != nullptr; }
-MIMATRIX_DECL algorithm::policy fabric::suggested_policy() const { return {endpoint_->chunk_bytes()}; }
+MIMATRIX_DECL schedule::policy fabric::suggested_policy() const { return {endpoint_->chunk_bytes()}; }
 
 MIMATRIX_DECL bool fabric::runs_one_sided(const schedule::descriptor& d, std::size_t scratch_bytes) const {
   return d.kind != schedule::collective::broadcast && endpoint_->one_sided_usable() &&

@@ -10,10 +10,10 @@
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 
-namespace mimatrix {
+namespace mimatrix::schedule {
 
 struct signature {
-  schedule::collective kind = schedule::collective::allreduce;
+  collective kind = collective::allreduce;
   reduce::op_kind op = reduce::op_kind::sum;
   dtype type = dtype::float32;
   std::size_t count = 0;
@@ -25,13 +25,17 @@ struct signature {
 
 /// "allreduce #7 (count 1000, float, sum)".
 inline std::string to_string(const signature& s) {
-  std::string text = std::string(schedule::to_string(s.kind)) + " #" + std::to_string(s.sequence) +
+  std::string text = std::string(to_string(s.kind)) + " #" + std::to_string(s.sequence) +
                      " (count " + std::to_string(s.count) + ", " + std::string(to_string(s.type));
-  if (s.kind == schedule::collective::broadcast)
+  if (s.kind == collective::broadcast)
     text += ", root " + std::to_string(s.root);
-  else if (s.kind != schedule::collective::allgather)
+  else if (s.kind != collective::allgather)
     text += ", " + std::string(reduce::to_string(s.op));
   return text + ")";
 }
 
+}  // namespace mimatrix::schedule
+
+namespace mimatrix {
+using schedule::signature;  // the name every transport and collective uses
 }  // namespace mimatrix

@@ -1,4 +1,4 @@
-#include "mimatrix/core/signature.hpp"
+#include "mimatrix/schedule/signature.hpp"
 
 #include <gtest/gtest.h>
 
