@@ -49,13 +49,16 @@ class call {
   virtual void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) = 0;
 };
 
+// The harness's redop and mimatrix's op_kind list sum prod min max avg in one order.
+static_assert(int(redop::prod) == int(reduce::op_kind::prod) && int(redop::avg) == int(reduce::op_kind::avg));
+
 template <collective C, class Topology>
 class runtime_call final : public call {
  public:
   runtime_call(fabric_comm& comm, Topology topo, mimatrix::dtype type, redop op, const std::string& algo)
       : coll_(comm, std::move(topo)),
         type_(type),
-        op_(static_cast<reduce::op_kind>(op)),  // the same order: sum prod min max avg
+        op_(static_cast<reduce::op_kind>(op)),
         options_{algo == "auto" ? std::string() : algo, std::nullopt} {}
 
   void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) override {

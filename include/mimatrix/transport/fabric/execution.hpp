@@ -40,7 +40,7 @@ class fabric_execution final : public execution, private fabric_call {
 
  public:
   fabric_execution(std::shared_ptr<fabric_endpoint> endpoint, std::shared_ptr<const schedule::schedule> plan,
-                     const std::byte* input, std::byte* output, const signature& sig,
+                   const std::byte* input, std::byte* output, const signature& sig,
                    const reduce::host_kernels& kernels, std::chrono::milliseconds timeout)
       : execution(endpoint->engine()),
         ep_(std::move(endpoint)),
@@ -117,14 +117,12 @@ class fabric_execution final : public execution, private fabric_call {
   }
 
  private:
-  enum class phase { running, done, failed };
-
   /// Idle, the provider's queue is read every round (a mailbox-only call reads it every
   /// 64th when busy): a peer's abort may need a connection set up first, which takes
   /// progress on both sides.
   void idle(int rounds) override {
     if (rounds > 256) (void)ep_->progress();
-    if (phase_ != phase::running || (rounds != 1 && (rounds & 63) != 0)) return;
+    if (finished() || (rounds != 1 && (rounds & 63) != 0)) return;
     if (rounds >= stalled_rounds) unblock_rings();
     check_time();
   }
@@ -138,22 +136,21 @@ class fabric_execution final : public execution, private fabric_call {
 
   /// One round of progress; true if anything changed.
   bool advance() override {
-    if (phase_ != phase::running) return false;
+    if (finished()) return false;
     if (auto f = ep_->failure(sig_.sequence)) return fail_from(*f), true;
     // A call whose messages all go through mailboxes needs the provider only for control
     // messages (aborts, liveness probes): reading its queue every round would double the
     // latency of a small call.
     bool changed = in_flight_ || one_sided_ || (++rounds_ & 63) == 0 ? ep_->progress() : false;
-    if (phase_ != phase::running) return true;
+    if (finished()) return true;
     if (one_sided_) changed |= take_flags();
     if (!polls_.empty()) changed |= poll_mailboxes();
-    if (phase_ != phase::running) return true;
+    if (finished()) return true;
     changed |= post_queued();
     changed |= start_ready();
-    if (phase_ == phase::running && completed_ == plan_->steps.size()) {
+    if (!finished() && completed_ == plan_->steps.size()) {
       if (one_sided_ && plan_->desc.output_bytes())
         std::memcpy(user_output_, mem_.output, plan_->desc.output_bytes());
-      phase_ = phase::done;
       succeed();
       give_back_memory();
       changed = true;
@@ -164,7 +161,7 @@ class fabric_execution final : public execution, private fabric_call {
   bool start_ready() {
     if (ready_.empty()) return false;
     // Index loop: completing a local step appends to ready_.
-    for (std::size_t k = 0; k < ready_.size() && phase_ == phase::running; ++k) {
+    for (std::size_t k = 0; k < ready_.size() && !finished(); ++k) {
       const schedule::step_id id = ready_[k];
       const schedule::step& st = step_at(id);
       switch (st.kind) {
@@ -203,7 +200,7 @@ class fabric_execution final : public execution, private fabric_call {
   bool post_queued() {
     std::size_t kept = 0;
     for (std::size_t k = 0; k < to_post_.size(); ++k)
-      if (phase_ != phase::running || !post(to_post_[k])) to_post_[kept++] = to_post_[k];
+      if (finished() || !post(to_post_[k])) to_post_[kept++] = to_post_[k];
     const bool changed = kept < to_post_.size();
     to_post_.resize(kept);
     return changed;
@@ -294,7 +291,7 @@ class fabric_execution final : public execution, private fabric_call {
   bool poll_mailboxes() {
     bool changed = false;
     ++poll_round_;
-    for (std::size_t k = 0; k < polls_.size() && phase_ == phase::running;) {
+    for (std::size_t k = 0; k < polls_.size() && !finished();) {
       local_mailboxes& box = *state_[polls_[k]].box;
       const int peer = step_at(polls_[k]).peer;
       std::uint32_t& looked = looked_[2 * std::size_t(peer) + (&box == bulk_)];
@@ -304,7 +301,7 @@ class fabric_execution final : public execution, private fabric_call {
       }
       looked = poll_round_;
       bool took = false;
-      while (phase_ == phase::running && take_arrived(box, peer)) took = true;
+      while (!finished() && take_arrived(box, peer)) took = true;
       changed |= took;
       k = took ? 0 : k + 1;  // taking reorders polls_
     }
@@ -551,7 +548,7 @@ class fabric_execution final : public execution, private fabric_call {
       const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout_));
       while (advance()) {  // the probe progressed the endpoint: the call may be done
       }
-      if (phase_ != phase::running) return;
+      if (finished()) return;
       if (!silent.empty()) {
         std::string who;
         for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
@@ -624,7 +621,7 @@ class fabric_execution final : public execution, private fabric_call {
 
   /// Fails this rank's call and tells every other rank.
   void fail(errc code, std::string message) {
-    if (phase_ != phase::running) return;
+    if (finished()) return;
     end(code, message);
     ep_->announce_failure(sig_.sequence, code, this->message());
   }
@@ -632,7 +629,6 @@ class fabric_execution final : public execution, private fabric_call {
   /// Ends the call with an error: cancels the receives still posted (a late message must
   /// not land in the caller's buffers) and waits briefly for the provider to let go.
   void end(errc code, std::string message) {
-    phase_ = phase::failed;
     end_with(code, std::move(message));
     // This call's messages still waiting would only fill the rings.
     const std::uint64_t mine = wire::data_tag(0, sig_.sequence, 0) & call_bits;
@@ -716,7 +712,6 @@ class fabric_execution final : public execution, private fabric_call {
   static constexpr int stalled_rounds = 20000;
   bool probed_ = false;
   bool clock_started_ = false;
-  phase phase_ = phase::running;
 };
 
 }  // namespace mimatrix::transport::detail
