@@ -45,6 +45,7 @@ class file_store final : public store {
   }
 
   void set(const std::string& key, const std::vector<std::byte>& value) override {
+    check_entry(key, value.size());
     write_file(key, value);
   }
 

@@ -24,6 +24,7 @@ namespace mimatrix::bootstrap {
 class memory_store final : public store {
  public:
   void set(const std::string& key, const std::vector<std::byte>& value) override {
+    check_entry(key, value.size());
     {
       std::lock_guard lock(mutex_);
       values_[key] = value;

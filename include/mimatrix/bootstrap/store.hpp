@@ -8,7 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "mimatrix/core/error.hpp"
+
 namespace mimatrix::bootstrap {
+
+/// The largest value a store holds: 16 MiB. Rendezvous values are addresses and memory
+/// keys (bytes to kilobytes); the bound keeps a broken or forged peer from making a store,
+/// or a client reading a store's reply, allocate without limit.
+inline constexpr std::size_t max_value_bytes = std::size_t{16} << 20;
+
+/// The longest key a store takes: 4 KiB.
+inline constexpr std::size_t max_key_bytes = 4096;
 
 /// A key-value store shared by the ranks of one job.
 ///
@@ -18,7 +28,9 @@ class store {
  public:
   virtual ~store() = default;
 
-  /// Sets `key` to `value`, replacing any earlier value.
+  /// Sets `key` to `value`, replacing any earlier value. Throws errc::invalid_argument
+  /// naming the key, the sizes and the store when the value is over max_value_bytes or the
+  /// key over max_key_bytes.
   virtual void set(const std::string& key, const std::vector<std::byte>& value) = 0;
 
   /// The value of `key`, waiting up to `timeout` for some rank to set it. Throws
@@ -32,6 +44,19 @@ class store {
 
   /// Where the store lives, for messages ("tcp://10.0.0.1:29500", "file:/tmp/job").
   virtual std::string where() const = 0;
+
+ protected:
+  /// Throws what set() promises when `key` or a value of `value_bytes` is over its bound.
+  void check_entry(const std::string& key, std::size_t value_bytes) const {
+    if (key.size() > max_key_bytes)
+      throw error(errc::invalid_argument, "a key of " + std::to_string(key.size()) + " bytes ('" + key.substr(0, 40) +
+                                              "...') is over the " + std::to_string(max_key_bytes) +
+                                              " bytes a key may take in the rendezvous store at " + where());
+    if (value_bytes > max_value_bytes)
+      throw error(errc::invalid_argument, "the value of key '" + key + "' (" + std::to_string(value_bytes) +
+                                              " bytes) is over the " + std::to_string(max_value_bytes) +
+                                              " bytes a value may take in the rendezvous store at " + where());
+  }
 };
 
 }  // namespace mimatrix::bootstrap

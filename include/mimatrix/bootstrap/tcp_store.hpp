@@ -37,10 +37,15 @@ namespace detail {
 //   reply:   u8 status, then  ok: value (get) or i64 (add) or nothing (set) | error: message
 // A get of an absent key waits in the server, which answers at once when some rank sets the
 // key, or `timeout` after the request with status timeout: the client never spins.
+// Both ends bound a frame by max_key_bytes and max_value_bytes (store.hpp): the server
+// answers a set or key over them with status error, and drops a connection whose length
+// prefix is over tcp_max_request; a client fails on a reply over tcp_max_reply before
+// allocating for it.
 enum class tcp_op : std::uint8_t { set = 1, get = 2, add = 3 };
 enum class tcp_status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
 
-inline constexpr std::uint32_t tcp_max_frame = 1u << 30;  // larger is garbage, not a key
+inline constexpr std::size_t tcp_max_request = 1 + 4 + max_key_bytes + max_value_bytes;  // larger is garbage
+inline constexpr std::size_t tcp_max_reply = 1 + max_value_bytes;  // a value, a counter or an error message
 
 inline void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::byte>(v >> shift));
@@ -108,6 +113,7 @@ class tcp_server {
     unique_fd fd;
     std::vector<std::byte> in;
     std::vector<std::byte> out;
+    std::size_t out_sent = 0;  // of `out`: erasing sent bytes each time would copy a large value again and again
     bool closed = false;
   };
   struct waiter {
@@ -214,7 +220,7 @@ class tcp_server {
     std::size_t at = 0;
     while (!c.closed && c.in.size() - at >= 4) {
       const auto length = static_cast<std::uint32_t>(get_uint(c.in.data() + at, 4));
-      if (length > tcp_max_frame || length < 5) { c.closed = true; break; }  // not our protocol
+      if (length > tcp_max_request || length < 5) { c.closed = true; break; }  // not our protocol
       if (c.in.size() - at - 4 < length) break;
       handle(id, c, c.in.data() + at + 4, length);
       at += 4 + length;
@@ -226,11 +232,17 @@ class tcp_server {
     const auto op = static_cast<tcp_op>(body[0]);
     const auto key_length = get_uint(body + 1, 4);
     if (key_length > length - 5) { c.closed = true; return; }
+    if (key_length > max_key_bytes)
+      return refuse(c, "a key of " + std::to_string(key_length) + " bytes is over the " +
+                           std::to_string(max_key_bytes) + " bytes a key may take");
     std::string key(reinterpret_cast<const char*>(body + 5), key_length);
     const std::byte* rest = body + 5 + key_length;
     const std::size_t rest_length = length - 5 - key_length;
     switch (op) {
       case tcp_op::set:
+        if (rest_length > max_value_bytes)
+          return refuse(c, "the value of key '" + key + "' (" + std::to_string(rest_length) + " bytes) is over the " +
+                               std::to_string(max_value_bytes) + " bytes a value may take");
         values_[key].assign(rest, rest + rest_length);
         reply(c, reply_body(tcp_status::ok));
         wake(key);
@@ -250,11 +262,7 @@ class tcp_server {
         if (rest_length != 8) { c.closed = true; return; }
         auto& value = values_[key];
         std::int64_t now = 0;
-        if (!parse_counter(value, now)) {
-          const std::string what = "key '" + key + "' holds a value that is not a counter";
-          reply(c, reply_body(tcp_status::error, reinterpret_cast<const std::byte*>(what.data()), what.size()));
-          return;
-        }
+        if (!parse_counter(value, now)) return refuse(c, "key '" + key + "' holds a value that is not a counter");
         now = static_cast<std::int64_t>(static_cast<std::uint64_t>(now) + get_uint(rest, 8));
         value = counter_bytes(now);
         std::vector<std::byte> body_out{static_cast<std::byte>(tcp_status::ok)};
@@ -265,6 +273,10 @@ class tcp_server {
       }
     }
     c.closed = true;  // an unknown operation: not one of our clients
+  }
+
+  void refuse(client& c, const std::string& why) {
+    reply(c, reply_body(tcp_status::error, reinterpret_cast<const std::byte*>(why.data()), why.size()));
   }
 
   void wake(const std::string& key) {
@@ -294,16 +306,16 @@ class tcp_server {
   }
 
   void flush(client& c) {
-    std::size_t sent = 0;
-    while (sent < c.out.size()) {
-      const ssize_t n = ::send(c.fd.get(), c.out.data() + sent, c.out.size() - sent, MSG_NOSIGNAL);
-      if (n > 0) { sent += static_cast<std::size_t>(n); continue; }
+    while (c.out_sent < c.out.size()) {
+      const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
+      if (n > 0) { c.out_sent += static_cast<std::size_t>(n); continue; }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;  // POLLOUT resumes it
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // POLLOUT resumes it
       c.closed = true;
       break;
     }
-    c.out.erase(c.out.begin(), c.out.begin() + static_cast<std::ptrdiff_t>(sent));
+    c.out.clear();  // all sent (or the client is gone)
+    c.out_sent = 0;
   }
 
   unique_fd listen_, wake_read_, wake_write_;
@@ -436,6 +448,7 @@ class tcp_store final : public store {
   std::pair<detail::tcp_status, std::vector<std::byte>> request(detail::tcp_op op, const std::string& key,
                                                                  const std::vector<std::byte>& arg,
                                                                  std::chrono::milliseconds wait) {
+    check_entry(key, op == detail::tcp_op::set ? arg.size() : 0);  // what the server would refuse
     std::lock_guard lock(mutex_);
     if (!fd_)
       throw error(errc::transport, "the connection to the rendezvous store at " + where() +
@@ -456,7 +469,11 @@ class tcp_store final : public store {
     std::byte header[4];
     receive(header, 4, deadline, key);
     const auto length = static_cast<std::uint32_t>(detail::get_uint(header, 4));
-    if (length < 1 || length > detail::tcp_max_frame) fail("malformed reply for key '" + key + "'");
+    if (length < 1) fail("an empty reply for key '" + key + "'");
+    if (length > detail::tcp_max_reply)  // before allocating: a forged length must not cost memory
+      fail("the reply for key '" + key + "' claims " + std::to_string(length) + " bytes, over the " +
+           std::to_string(detail::tcp_max_reply) + " a reply may take (a value of max_value_bytes = " +
+           std::to_string(max_value_bytes) + " and its status byte): is another program listening there?");
     std::vector<std::byte> reply(length);
     receive(reply.data(), length, deadline, key);
     const auto status = static_cast<detail::tcp_status>(reply[0]);

@@ -1,5 +1,6 @@
 // Tests of bootstrap/tcp_store.hpp: many clients at once, a get that waits for a later set,
-// and the messages for a key that never comes, a store nobody serves and a port in use.
+// the messages for a key that never comes, a store nobody serves and a port in use, and the
+// bounds on values and replies (a forged reply length must not cost the client memory).
 #include "mimatrix/bootstrap/tcp_store.hpp"
 
 #include <gtest/gtest.h>
@@ -7,11 +8,14 @@
 #include "support/bytes.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -205,6 +209,124 @@ TEST(tcp_store, the_server_stops_with_waiting_clients) {
   server.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 500ms);
   waiting.join();
+}
+
+/// A fake store on loopback: accepts one client, reads its first request, answers with
+/// `reply` (raw bytes, length prefix included), then holds the connection until the client
+/// closes it or a few seconds pass.
+class forged_server {
+ public:
+  explicit forged_server(std::vector<std::byte> reply) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(listen_, 1);
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this, reply = std::move(reply)] {
+      const int fd = ::accept(listen_, nullptr, nullptr);
+      if (fd < 0) return;
+      std::byte request[4096];
+      (void)!::recv(fd, request, sizeof request, 0);
+      (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+      pollfd p{fd, POLLIN, 0};
+      while (::poll(&p, 1, 3000) > 0 && ::recv(fd, request, sizeof request, 0) > 0) {
+      }
+      ::close(fd);
+    });
+  }
+  ~forged_server() {
+    thread_.join();
+    ::close(listen_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int listen_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+/// This process's peak resident memory, in bytes.
+long long peak_rss() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<long long>(usage.ru_maxrss) * 1024;
+}
+
+TEST(tcp_store, a_forged_reply_length_fails_naming_the_store_and_the_length_without_allocating) {
+  using mimatrix::bootstrap::detail::tcp_max_reply;
+  for (const std::uint64_t forged : {std::uint64_t{1} << 30, std::uint64_t{tcp_max_reply} + 1, std::uint64_t{0xffffffff}}) {
+    std::vector<std::byte> header;
+    mimatrix::bootstrap::detail::put_u32(header, static_cast<std::uint32_t>(forged));
+    header.push_back(std::byte{0});  // a status byte, and nothing of the claimed rest
+    forged_server fake(header);
+    const long long rss_before = peak_rss();
+    const auto start = std::chrono::steady_clock::now();
+    {
+      tcp_store s("127.0.0.1", fake.port(), false, 2s);
+      try {
+        s.get("k", 1s);
+        FAIL() << "accepted a reply of " << forged << " bytes";
+      } catch (const mimatrix::error& e) {
+        EXPECT_EQ(e.code(), errc::transport);
+        const std::string m = e.what();
+        EXPECT_NE(m.find("tcp://127.0.0.1:" + std::to_string(fake.port())), std::string::npos) << m;
+        EXPECT_NE(m.find("claims " + std::to_string(forged) + " bytes"), std::string::npos) << m;
+        EXPECT_NE(m.find("'k'"), std::string::npos) << m;
+      }
+    }  // closing the client ends the fake server's wait
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 900ms) << "waited for a body it should have refused";
+    EXPECT_LT(peak_rss() - rss_before, 64ll << 20) << "a forged length of " << forged << " cost memory";
+  }
+}
+
+TEST(tcp_store, the_server_refuses_a_value_over_the_bound_and_goes_on_serving) {
+  // The client refuses it first (store_test); a client that does not check meets the server's
+  // own bound: an error reply, nothing stored.
+  using mimatrix::bootstrap::max_value_bytes;
+  tcp_store s("127.0.0.1", 0, true, 2s);
+  const std::vector<std::byte> largest(max_value_bytes, std::byte{7});
+  s.set("largest", largest);  // the bound itself passes both ends, and so does its reply
+  EXPECT_EQ(s.get("largest", 0ms), largest);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(s.port()));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::vector<std::byte> body{static_cast<std::byte>(mimatrix::bootstrap::detail::tcp_op::set)};
+  mimatrix::bootstrap::detail::put_u32(body, 1);
+  body.push_back(std::byte{'x'});
+  body.resize(body.size() + max_value_bytes + 1);
+  const auto frame = mimatrix::bootstrap::detail::make_frame(body);
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    const ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    sent += static_cast<std::size_t>(n);
+  }
+  // The reply frame: its 4-byte length, a status byte, the message.
+  std::string reply;
+  char buffer[1024];
+  const auto complete = [&] {
+    return reply.size() >= 4 &&
+           reply.size() >= 4 + mimatrix::bootstrap::detail::get_uint(reinterpret_cast<const std::byte*>(reply.data()), 4);
+  };
+  while (!complete()) {
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    ASSERT_GT(n, 0) << "the server closed instead of answering";
+    reply.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  EXPECT_EQ(static_cast<mimatrix::bootstrap::detail::tcp_status>(reply[4]), mimatrix::bootstrap::detail::tcp_status::error);
+  EXPECT_NE(reply.find("'x' (" + std::to_string(max_value_bytes + 1) + " bytes) is over"), std::string::npos) << reply;
+  EXPECT_THROW(s.get("x", 0ms), mimatrix::error);  // not stored
+  s.set("after", bytes("fine"));
+  EXPECT_EQ(text(s.get("after", 0ms)), "fine");
 }
 
 }  // namespace
