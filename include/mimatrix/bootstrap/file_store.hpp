@@ -21,6 +21,7 @@
 #include "mimatrix/bootstrap/detail/fd.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/options.hpp"
 
 namespace mimatrix::bootstrap {
 
@@ -50,7 +51,7 @@ class file_store final : public store {
   }
 
   std::vector<std::byte> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = deadline_after(timeout);  // saturated: never overflows
     auto pause = std::chrono::milliseconds(1);
     std::vector<std::byte> value;
     for (;;) {

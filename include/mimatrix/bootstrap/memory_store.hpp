@@ -14,6 +14,7 @@
 #include "mimatrix/bootstrap/detail/counter.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/options.hpp"
 
 namespace mimatrix::bootstrap {
 
@@ -35,7 +36,7 @@ class memory_store final : public store {
   std::vector<std::byte> get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::unique_lock lock(mutex_);
     const auto found = [&] { return values_.count(key) != 0; };
-    if (!changed_.wait_for(lock, timeout, found))
+    if (!changed_.wait_until(lock, deadline_after(timeout), found))  // saturated: never overflows
       throw error(errc::timeout, "key '" + key + "' was not set in the rendezvous store at " + where() +
                                      " within " + std::to_string(timeout.count()) + " ms");
     return values_[key];

@@ -21,6 +21,7 @@
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/bootstrap/tcp_store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/options.hpp"
 
 namespace mimatrix::bootstrap {
 
@@ -115,7 +116,7 @@ inline std::vector<std::vector<std::byte>> all_gather(store& s, const std::strin
   if (size < 1 || rank < 0 || rank >= size)
     throw error(errc::invalid_argument, "all_gather '" + prefix + "': rank " + std::to_string(rank) +
                                             " is not in a group of " + std::to_string(size));
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);  // saturated: never overflows
   s.set(prefix + "/" + std::to_string(rank), mine);
   std::vector<std::vector<std::byte>> all(static_cast<std::size_t>(size));
   all[static_cast<std::size_t>(rank)] = mine;

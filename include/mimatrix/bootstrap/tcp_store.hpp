@@ -26,6 +26,7 @@
 #include "mimatrix/bootstrap/detail/fd.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/options.hpp"
 
 namespace mimatrix::bootstrap {
 
@@ -175,8 +176,8 @@ class tcp_server {
         auto first = std::min_element(waiters_.begin(), waiters_.end(),
                                       [](const waiter& a, const waiter& b) { return a.deadline < b.deadline; });
         const auto left = first->deadline - std::chrono::steady_clock::now();
-        wait_ms = static_cast<int>(std::max<std::int64_t>(
-            0, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
+        wait_ms = static_cast<int>(std::clamp<std::int64_t>(  // a 49-day get must not wrap to "forever"
+            std::chrono::ceil<std::chrono::milliseconds>(left).count(), 0, 1 << 30));
       }
       if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) return;
       if (fds[0].revents) return;  // the destructor asks us to stop
@@ -346,7 +347,7 @@ class tcp_store final : public store {
   /// port() says which). Throws errc::transport naming the port when it cannot serve, and
   /// errc::transport naming the address and the last error when it cannot connect in time.
   tcp_store(std::string host, int port, bool serve, std::chrono::milliseconds timeout)
-      : host_(std::move(host)), port_(port), timeout_(timeout) {
+      : host_(std::move(host)), port_(port), timeout_(bounded_timeout(timeout)) {
     if (port < 0 || port > 65535)
       throw error(errc::invalid_argument, "rendezvous store port " + std::to_string(port) + " is not in [0, 65535]");
     if (serve) {
@@ -393,7 +394,7 @@ class tcp_store final : public store {
 
  private:
   void connect() {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto deadline = deadline_after(timeout_);
     std::string last_error = "none";
     for (;;) {
       if (try_connect(deadline, last_error)) return;
@@ -425,7 +426,7 @@ class tcp_store final : public store {
       if (rc != 0 && errno == EINPROGRESS) {
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         pollfd p{fd.get(), POLLOUT, 0};
-        if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) {
+        if (::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(left.count(), 1, 1 << 30))) <= 0) {
           last_error = "connection timed out";
           continue;
         }
@@ -465,7 +466,7 @@ class tcp_store final : public store {
       if (n <= 0) fail("sending key '" + key + "' failed: " + detail::errno_text(errno));
       sent += static_cast<std::size_t>(n);
     }
-    const auto deadline = std::chrono::steady_clock::now() + wait;
+    const auto deadline = deadline_after(wait);
     std::byte header[4];
     receive(header, 4, deadline, key);
     const auto length = static_cast<std::uint32_t>(detail::get_uint(header, 4));

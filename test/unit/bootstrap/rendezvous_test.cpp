@@ -1,5 +1,6 @@
 // Tests of bootstrap/rendezvous.hpp: which store the environment opens, the message when
-// there is none, and all_gather and barrier across rank threads with their own clients.
+// there is none, all_gather and barrier across rank threads with their own clients, and the
+// longest start-up timeout.
 #include "mimatrix/bootstrap/rendezvous.hpp"
 
 #include <gtest/gtest.h>
@@ -9,9 +10,12 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -53,6 +57,7 @@ std::string open_failure(const identity& id, const environment& vars) {
 }
 
 using mimatrix::test::bytes;
+using mimatrix::test::text;
 
 TEST(open_store, one_rank_with_nothing_set_is_in_memory) {
   auto s = mimatrix::bootstrap::open_store(rank_of(0, 1), 100ms, lookup({}));
@@ -194,6 +199,67 @@ TEST(barrier, a_timeout_says_how_many_ranks_arrived) {
     EXPECT_NE(m.find("'start'"), std::string::npos) << m;
     EXPECT_NE(m.find("memory:"), std::string::npos) << m;
   }
+}
+
+std::filesystem::path fresh_directory(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// ---- the longest start-up timeout ------------------------------------------------------
+
+// What MIMATRIX_STARTUP_TIMEOUT_MS=9223372036854775807 hands start-up: "never", which must
+// wait like any long deadline instead of overflowing the clock and failing at once.
+constexpr std::chrono::milliseconds longest{std::numeric_limits<std::chrono::milliseconds::rep>::max()};
+
+TEST(startup_timeout, the_longest_one_waits_instead_of_overflowing) {
+  const std::string port = std::to_string(tcp_store("127.0.0.1", 0, true, 1s).port());  // free again now
+  const environment vars = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  std::vector<std::vector<std::vector<std::byte>>> seen(2);
+  std::vector<std::string> problems(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        if (r == 0) std::this_thread::sleep_for(50ms);  // rank 1 connects and waits first
+        auto s = mimatrix::bootstrap::open_store(rank_of(r, 2), longest, lookup(vars));
+        if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits for rank 1's blob
+        seen[r] = mimatrix::bootstrap::all_gather(*s, "start/addr", r, 2, bytes(std::to_string(r)), longest);
+        mimatrix::bootstrap::barrier(*s, "start/ready", 2, longest);
+      } catch (const std::exception& e) {
+        problems[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(problems[r], "") << "rank " << r;
+    ASSERT_EQ(seen[r].size(), 2u);
+    EXPECT_EQ(text(seen[r][1 - r]), std::to_string(1 - r));
+  }
+}
+
+TEST(startup_timeout, the_longest_one_waits_on_memory_and_file_stores_too) {
+  const auto dir = fresh_directory("mimatrix-longest");
+  mimatrix::bootstrap::memory_store memory;
+  mimatrix::bootstrap::file_store file(dir.string()), file_writer(dir.string());
+  const std::pair<store*, store*> waiter_and_setter[] = {{&memory, &memory}, {&file, &file_writer}};
+  for (auto [waiter, setter] : waiter_and_setter) {
+    SCOPED_TRACE(waiter->where());
+    std::thread late([setter] {
+      std::this_thread::sleep_for(50ms);
+      setter->set("late", bytes("here"));
+    });
+    std::string got;
+    try {
+      got = text(waiter->get("late", longest));
+    } catch (const std::exception& e) {
+      got = e.what();
+    }
+    late.join();
+    EXPECT_EQ(got, "here");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -53,5 +53,20 @@ TEST(options, progress_is_the_callers_unless_the_environment_asks_for_a_thread) 
   ::unsetenv("MIMATRIX_PROGRESS");
 }
 
+TEST(options, the_longest_deadline_saturates_instead_of_overflowing) {
+  // 9223372036854775807 (and beyond: strtoll saturates) means "never": cut to max_timeout,
+  // whose deadline the steady clock can still hold.
+  for (const char* huge : {"9223372036854775807", "99999999999999999999"}) {
+    ::setenv("MIMATRIX_TIMEOUT_MS", huge, 1);
+    EXPECT_EQ(options::from_environment().timeout, max_timeout) << huge;
+  }
+  ::unsetenv("MIMATRIX_TIMEOUT_MS");
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_GT(deadline_after(std::chrono::milliseconds::max()), now + std::chrono::hours(24 * 365 * 99));
+  EXPECT_EQ(bounded_timeout(std::chrono::milliseconds::max()), max_timeout);
+  EXPECT_EQ(bounded_timeout(std::chrono::milliseconds(-5)), std::chrono::milliseconds(0));
+  EXPECT_EQ(bounded_timeout(std::chrono::milliseconds(1234)), std::chrono::milliseconds(1234));
+}
+
 }  // namespace
 }  // namespace mimatrix

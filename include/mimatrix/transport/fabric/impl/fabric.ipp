@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/core/options.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/execution.hpp"
@@ -96,6 +97,7 @@ MIMATRIX_DECL fabric_options fabric::resolve(fabric_options o, const bootstrap::
   if (o.provider.empty() && id.local_size == id.size) o.provider = "shm";
   if (auto v = number("MIMATRIX_STARTUP_TIMEOUT_MS", 1, "a positive number of milliseconds"))
     o.startup_timeout = std::chrono::milliseconds(*v);
+  o.startup_timeout = bounded_timeout(o.startup_timeout);  // 9223372036854775807 ms: "never", not an overflow
   if (auto v = number("MIMATRIX_STAGING_BYTES", 1, "a positive number of bytes")) o.staging_bytes = std::size_t(*v);
   if (auto v = number("MIMATRIX_CHUNK_BYTES", 1, "a positive number of bytes")) o.chunk_bytes = std::size_t(*v);
   if (auto v = number("MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)"))
