@@ -1,5 +1,5 @@
-// Opening the job's rendezvous store from the environment, and the two things ranks do
-// through it at start-up: all-gather a blob (an address, a memory key) and wait for all.
+// Opening the job's rendezvous store from the environment, and what ranks do through it at
+// start-up: claim their rank, all-gather a blob (an address, a memory key) and wait for all.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/file_store.hpp"
@@ -105,6 +107,43 @@ inline std::unique_ptr<store> open_store(const identity& self, std::chrono::mill
 /// open_store() reading this process's environment.
 inline std::unique_ptr<store> open_store(const identity& self, std::chrono::milliseconds timeout) {
   return open_store(self, timeout, [](const char* name) -> const char* { return std::getenv(name); });
+}
+
+/// "host <hostname> pid <pid>": who this process is, for claim_rank's message.
+inline std::string this_process() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string("host ") + host + " pid " + std::to_string(::getpid());
+}
+
+/// Claims `rank` under `prefix` (one generation of a group: claim each rank once in it) for
+/// `holder` (who this process is, as this_process() says). Exactly one claim of a rank
+/// succeeds, atomically across processes: an add() to "<prefix>/<rank>/claims" counts
+/// them, and the first claimer writes `holder` to "<prefix>/<rank>". Every later claim
+/// throws errc::invalid_argument naming both holders: "rank 1 is claimed twice: by host a
+/// pid 10 and host b pid 11" (two processes were started with the same rank). A later
+/// claimer waits up to `timeout` for the first to say who it is.
+inline void claim_rank(store& s, const std::string& prefix, int rank, std::chrono::milliseconds timeout,
+                       const std::string& holder = this_process()) {
+  const std::string key = prefix + "/" + std::to_string(rank);
+  const std::int64_t claims = s.add(key + "/claims", 1);
+  if (claims == 1) {
+    s.set(key, std::vector<std::byte>(reinterpret_cast<const std::byte*>(holder.data()),
+                                      reinterpret_cast<const std::byte*>(holder.data() + holder.size())));
+    return;
+  }
+  std::string first = "a process that did not say who it is";
+  try {
+    const auto bytes = s.get(key, timeout);
+    first.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  } catch (const error& e) {
+    if (e.code() != errc::timeout) throw;
+  }
+  const std::string times = claims == 2 ? "twice" : std::to_string(claims) + " times";
+  throw error(errc::invalid_argument, "rank " + std::to_string(rank) + " is claimed " + times + ": by " + first +
+                                          " and " + holder + " ('" + prefix + "' at " + s.where() +
+                                          "); two processes were started with the same rank: check RANK (or the "
+                                          "launcher's rank variable) of each");
 }
 
 /// Every rank's `mine`, in rank order: rank r publishes "<prefix>/<r>" and reads the

@@ -1,6 +1,6 @@
 // Tests of bootstrap/rendezvous.hpp: which store the environment opens, the message when
-// there is none, all_gather and barrier across rank threads with their own clients, and the
-// longest start-up timeout.
+// there is none, all_gather and barrier across rank threads with their own clients, rank
+// claims (a rank started twice), and the longest start-up timeout.
 #include "mimatrix/bootstrap/rendezvous.hpp"
 
 #include <gtest/gtest.h>
@@ -201,10 +201,84 @@ TEST(barrier, a_timeout_says_how_many_ranks_arrived) {
   }
 }
 
+// ---- claim_rank: two processes started with the same rank --------------------------------
+
+/// One of each store, fresh: the claims must hold on all of them.
+std::vector<std::unique_ptr<store>> every_store(const std::filesystem::path& dir) {
+  std::vector<std::unique_ptr<store>> stores;
+  stores.push_back(std::make_unique<mimatrix::bootstrap::memory_store>());
+  stores.push_back(std::make_unique<tcp_store>("127.0.0.1", 0, true, 1s));
+  stores.push_back(std::make_unique<mimatrix::bootstrap::file_store>(dir.string()));
+  return stores;
+}
+
 std::filesystem::path fresh_directory(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+TEST(claim_rank, a_second_claim_of_a_rank_names_both_processes) {
+  const auto dir = fresh_directory("mimatrix-claims");
+  for (auto& s : every_store(dir)) {
+    SCOPED_TRACE(s->where());
+    mimatrix::bootstrap::claim_rank(*s, "job/claim", 0, 1s, "host a pid 9");
+    mimatrix::bootstrap::claim_rank(*s, "job/claim", 1, 1s, "host a pid 10");
+    try {
+      mimatrix::bootstrap::claim_rank(*s, "job/claim", 1, 1s, "host b pid 11");
+      FAIL() << "rank 1 claimed twice";
+    } catch (const mimatrix::error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("rank 1 is claimed twice: by host a pid 10 and host b pid 11"), std::string::npos) << m;
+      EXPECT_NE(m.find(s->where()), std::string::npos) << m;
+    }
+    // A third is refused as well; another generation (prefix) starts afresh.
+    EXPECT_THROW(mimatrix::bootstrap::claim_rank(*s, "job/claim", 1, 1s, "host c pid 12"), mimatrix::error);
+    mimatrix::bootstrap::claim_rank(*s, "job/2/claim", 1, 1s, "host b pid 11");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(claim_rank, of_racing_claimers_exactly_one_wins) {
+  // Processes started together with the same rank, each with its own client: one wins, every
+  // other one is told who did.
+  constexpr int claimers = 6;
+  tcp_store server("127.0.0.1", 0, true, 1s);
+  std::atomic<int> won{0};
+  std::vector<std::string> messages(claimers);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < claimers; ++c)
+    threads.emplace_back([&, c] {
+      tcp_store s("127.0.0.1", server.port(), false, 2s);
+      try {
+        mimatrix::bootstrap::claim_rank(s, "race", 3, 2s, "host h pid " + std::to_string(100 + c));
+        won.fetch_add(1);
+      } catch (const mimatrix::error& e) {
+        messages[c] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(won.load(), 1);
+  const std::string winner = text(server.get("race/3", 0ms));
+  for (int c = 0; c < claimers; ++c) {
+    if (messages[c].empty()) {
+      EXPECT_EQ(winner, "host h pid " + std::to_string(100 + c));
+      continue;
+    }
+    EXPECT_NE(messages[c].find("rank 3 is claimed"), std::string::npos) << messages[c];
+    EXPECT_NE(messages[c].find("by " + winner + " and host h pid " + std::to_string(100 + c)), std::string::npos)
+        << messages[c];
+  }
+}
+
+TEST(claim_rank, by_default_a_claim_names_this_host_and_pid) {
+  mimatrix::bootstrap::memory_store s;
+  const std::string me = mimatrix::bootstrap::this_process();
+  EXPECT_EQ(me.rfind("host ", 0), 0u) << me;
+  EXPECT_NE(me.find(" pid " + std::to_string(::getpid())), std::string::npos) << me;
+  mimatrix::bootstrap::claim_rank(s, "g", 0, 1s);
+  EXPECT_EQ(text(s.get("g/0", 0ms)), me);
 }
 
 // ---- the longest start-up timeout ------------------------------------------------------
@@ -224,6 +298,7 @@ TEST(startup_timeout, the_longest_one_waits_instead_of_overflowing) {
       try {
         if (r == 0) std::this_thread::sleep_for(50ms);  // rank 1 connects and waits first
         auto s = mimatrix::bootstrap::open_store(rank_of(r, 2), longest, lookup(vars));
+        mimatrix::bootstrap::claim_rank(*s, "start/claim", r, longest);
         if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits for rank 1's blob
         seen[r] = mimatrix::bootstrap::all_gather(*s, "start/addr", r, 2, bytes(std::to_string(r)), longest);
         mimatrix::bootstrap::barrier(*s, "start/ready", 2, longest);

@@ -467,6 +467,8 @@ class fabric_endpoint {
   void exchange_addresses() {
     static std::atomic<int> instances{0};  // every rank opens its endpoints in the same order
     prefix_ = "mimatrix/fabric/" + std::to_string(instances++) + "/";
+    // Before anything is published: a second process started with this RANK fails here.
+    bootstrap::claim_rank(*store_, prefix_ + "claim", rank_, settings_.startup_timeout);
     std::vector<std::byte> name(256);
     std::size_t len = name.size();
     int ret = fi_getname(&ep_->fid, name.data(), &len);
