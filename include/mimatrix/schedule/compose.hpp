@@ -258,8 +258,9 @@ inline std::vector<step_id> embed(builder& host, const schedule& sub, const embe
                                               " sub-schedule has kind " + std::to_string(int(st.kind)) +
                                               ", which compose cannot translate yet");
     deps.clear();
-    if (st.deps.empty()) deps = start;
-    for (step_id d : st.deps) deps.insert(deps.end(), done[d].begin(), done[d].end());
+    const auto sub_deps = sub.deps(step_id(i));
+    if (sub_deps.empty()) deps = start;
+    for (step_id d : sub_deps) deps.insert(deps.end(), done[d].begin(), done[d].end());
     detail::sort_unique(deps);
 
     const region src = detail::reads(st.kind) ? translate(st.src) : st.src;
@@ -277,8 +278,7 @@ inline std::vector<step_id> embed(builder& host, const schedule& sub, const embe
   }
 
   std::vector<bool> awaited(sub.steps.size());
-  for (const auto& st : sub.steps)
-    for (step_id d : st.deps) awaited[d] = true;
+  for (step_id d : sub.dep_ids) awaited[d] = true;
   std::vector<step_id> exits;
   for (std::size_t i = 0; i < sub.steps.size(); ++i)
     if (!awaited[i]) exits.insert(exits.end(), done[i].begin(), done[i].end());

@@ -84,13 +84,12 @@ inline std::string to_text(const schedule& s) {
                     std::to_string(s.scratch_bytes) + " bytes | " + std::to_string(s.steps.size()) +
                     " steps\n";
   for (std::size_t i = 0; i < s.steps.size(); ++i) {
-    const auto& st = s.steps[i];
-    out += "  " + std::to_string(i) + ": " + to_string(st);
-    if (!st.deps.empty()) {
+    out += "  " + std::to_string(i) + ": " + to_string(s.steps[i]);
+    if (const auto deps = s.deps(step_id(i)); !deps.empty()) {
       out += " <- {";
-      for (std::size_t k = 0; k < st.deps.size(); ++k) {
+      for (std::size_t k = 0; k < deps.size(); ++k) {
         if (k) out += ", ";
-        out += std::to_string(st.deps[k]);
+        out += std::to_string(deps[k]);
       }
       out += '}';
     }
@@ -128,7 +127,7 @@ inline std::string to_dot(std::span<const schedule> group) {
       const auto& st = s.steps[i];
       out += "    " + detail::dot_node(s.rank, i) + " [label=\"" + std::to_string(i) + ": " +
              detail::dot_escape(to_string(st)) + "\"];\n";
-      for (step_id d : st.deps)
+      for (step_id d : s.deps(step_id(i)))
         out += "    " + detail::dot_node(s.rank, d) + " -> " + detail::dot_node(s.rank, i) + ";\n";
       if (st.kind == step_kind::recv || st.kind == step_kind::recv_reduce)
         recvs.emplace(std::tuple{st.peer, s.rank, st.tag}, i);

@@ -83,13 +83,18 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
       throw error(errc::invalid_argument, "schedule::lower_one_sided: rank " + std::to_string(t) + ": " + what);
     };
 
-    // Nodes 0..n-1: the original steps, rewritten; n..n+m-1: the new receives.
+    // Nodes 0..n-1: the original steps, rewritten; n..n+m-1: the new receives. Their
+    // deps grow (waits gain receives), so they are kept a list a node until rebuilt.
     std::vector<step> nodes(s.steps.begin(), s.steps.end());
-    for (auto& st : nodes) {
+    std::vector<std::vector<step_id>> deps(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& st = nodes[i];
+      const auto old = s.deps(step_id(i));
+      deps[i].assign(old.begin(), old.end());
       if (st.kind == step_kind::write) {
-        st = step{step_kind::send, st.peer, std::uint32_t(base + st.tag), st.src, {}, st.deps};
+        st = step{.kind = step_kind::send, .peer = st.peer, .tag = std::uint32_t(base + st.tag), .src = st.src};
       } else if (st.kind == step_kind::notify) {
-        st = step{step_kind::send, st.peer, std::uint32_t(base + st.tag), {buffer::input, 0, 0}, {}, st.deps};
+        st = step{.kind = step_kind::send, .peer = st.peer, .tag = std::uint32_t(base + st.tag), .src = {buffer::input, 0, 0}};
       } else if (st.kind == step_kind::wait) {
         st.count = 0;
       }
@@ -98,7 +103,7 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
     const std::size_t words = (n + 63) / 64;
     std::vector<std::uint64_t> reach(n * words, 0);
     for (std::size_t i = 0; i < n; ++i)
-      for (step_id d : s.steps[i].deps) {
+      for (step_id d : s.deps(step_id(i))) {
         for (std::size_t k = 0; k < words; ++k) reach[i * words + k] |= reach[std::size_t(d) * words + k];
         reach[i * words + d / 64] |= std::uint64_t(1) << (d % 64);
       }
@@ -114,8 +119,9 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
       for (std::size_t j = 0; j < n; ++j)
         if (s.steps[j].kind == step_kind::wait && s.steps[j].tag == w.tag) wait_at = j;
       if (wait_at == n) fail("no wait counts the flag of rank " + std::to_string(writer) + " step " + std::to_string(i));
-      step recv{step_kind::recv, writer, std::uint32_t(base + w.tag),
-                {}, w.kind == step_kind::write ? w.dst : region{buffer::scratch, 0, 0}, {}};
+      const step recv{.kind = step_kind::recv, .peer = writer, .tag = std::uint32_t(base + w.tag),
+                      .dst = w.kind == step_kind::write ? w.dst : region{buffer::scratch, 0, 0}};
+      std::vector<step_id> recv_deps;
       if (w.kind == step_kind::write && w.dst.bytes) {
         const auto e = detail::extent_of(s.desc, t, w.dst);
         for (const auto& other : landed)
@@ -130,11 +136,12 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
           const bool writes = x.kind != step_kind::send && x.kind != step_kind::write && x.kind != step_kind::notify;
           if ((reads && detail::overlaps(e, detail::extent_of(s.desc, t, x.src))) ||
               (writes && detail::overlaps(e, detail::extent_of(s.desc, t, x.dst))))
-            recv.deps.push_back(step_id(j));
+            recv_deps.push_back(step_id(j));
         }
       }
-      nodes[wait_at].deps.push_back(step_id(n + k));
-      nodes.push_back(std::move(recv));
+      deps[wait_at].push_back(step_id(n + k));
+      nodes.push_back(recv);
+      deps.push_back(std::move(recv_deps));
     }
 
     // Topological order, smallest original position first; a cycle is an error.
@@ -142,7 +149,7 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
     std::vector<std::vector<std::size_t>> succ(total);
     std::vector<std::size_t> indegree(total, 0);
     for (std::size_t v = 0; v < total; ++v)
-      for (step_id d : nodes[v].deps) {
+      for (step_id d : deps[v]) {
         succ[d].push_back(v);
         ++indegree[v];
       }
@@ -156,14 +163,16 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
       if (indegree[v] == 0) ready.push(v);
     std::vector<step_id> renumber(total, 0);
     builder b(s.desc, t, s.algorithm);
+    std::size_t edges = 0;
+    for (const auto& d : deps) edges += d.size();
+    b.reserve(total, edges);
     if (s.scratch_bytes) (void)b.scratch(s.scratch_bytes);
     std::size_t placed = 0;
     while (!ready.empty()) {
       const auto v = ready.top();
       ready.pop();
-      step st = nodes[v];
-      for (auto& d : st.deps) d = renumber[d];
-      renumber[v] = b.add(std::move(st));
+      for (auto& d : deps[v]) d = renumber[d];
+      renumber[v] = b.add(nodes[v], deps[v]);
       ++placed;
       for (auto w : succ[v])
         if (--indegree[w] == 0) ready.push(w);

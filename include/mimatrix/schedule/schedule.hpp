@@ -3,13 +3,17 @@
 // schedule/verify.hpp proves them, transports execute them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "mimatrix/core/error.hpp"
 
 namespace mimatrix::schedule {
 
@@ -58,13 +62,18 @@ struct descriptor {
 
 enum class buffer : std::uint8_t { input, output, scratch };
 
-/// A byte range of one buffer.
+/// A byte range of one buffer, in 16 bytes: the buffer and a 56-bit offset share one
+/// word (64 PiB of offsets; the builder refuses anything larger).
 struct region {
-  buffer where = buffer::output;
-  std::size_t offset = 0;
-  std::size_t bytes = 0;
+  static constexpr int offset_bits = 56;
+  static constexpr std::uint64_t offset_limit = std::uint64_t(1) << offset_bits;  // offsets are below this
+
+  buffer where : 8 = buffer::output;
+  std::uint64_t offset : offset_bits = 0;
+  std::uint64_t bytes = 0;
   friend bool operator==(const region&, const region&) = default;
 };
+static_assert(sizeof(region) == 16, "region: buffer and offset share one 64-bit word");
 
 enum class step_kind : std::uint8_t {
   send,         // src -> peer; completes once the data has left src (src may be reused)
@@ -117,92 +126,133 @@ using step_id = std::uint32_t;
 /// One primitive. A send from rank a to b with tag t meets the recv or recv_reduce on b
 /// from a with tag t; each (sender, receiver, tag) occurs once a call, with equal bytes.
 /// A write or notify from a to b with tag t raises a flag that the one wait on b with
-/// tag t counts; each (writer, target, tag) occurs once a call.
+/// tag t counts; each (writer, target, tag) occurs once a call. Its dependencies live
+/// in the schedule (`schedule::deps`), so a step is 48 plain bytes. Initialize one by
+/// designators (`{.kind = step_kind::recv, .peer = 1, .dst = r}`): count sits before
+/// the regions, where it costs no padding.
 struct step {
   step_kind kind = step_kind::copy;
-  int peer = -1;          // communication and one-sided steps only
-  std::uint32_t tag = 0;  // communication, one-sided and wait steps only
-  region src{};           // read: send, recv_reduce, reduce, copy, write, reduce_slots
-  region dst{};           // written: recv, recv_reduce, reduce, copy, finalize, reduce_slots;
-                          // write: a region of the PEER's output or scratch
-  std::vector<step_id> deps;  // must complete before this step starts
-  std::uint32_t count = 0;    // wait only: flags to wait for
+  int peer = -1;            // communication and one-sided steps only
+  std::uint32_t tag = 0;    // communication, one-sided and wait steps only
+  std::uint32_t count = 0;  // wait only: flags to wait for
+  region src{};             // read: send, recv_reduce, reduce, copy, write, reduce_slots
+  region dst{};             // written: recv, recv_reduce, reduce, copy, finalize, reduce_slots;
+                            // write: a region of the PEER's output or scratch
 
-  std::size_t bytes() const {
+  std::uint64_t bytes() const {
     return kind == step_kind::send || kind == step_kind::write || kind == step_kind::reduce_slots ? src.bytes
                                                                                                   : dst.bytes;
   }
 };
+static_assert(sizeof(step) == 48, "step: kind, peer, tag, count and two 16-byte regions");
 
-/// One rank's part of one collective call.
+/// One rank's part of one collective call: the steps, and two CSR adjacency lists over
+/// them (one flat array each, no allocation per step).
+///
+/// @par Thread Safety
+/// A plain value: concurrent reads are safe, writes need exclusive access.
 struct schedule {
   descriptor desc{};
   int rank = 0;
   std::string algorithm;
   std::size_t scratch_bytes = 0;
   std::vector<step> steps;
-  // Successors of step i are successors[successor_begin[i] .. successor_begin[i+1]),
+  // What must complete before step i starts: dep_ids[dep_begin[i] .. dep_begin[i+1]).
+  std::vector<step_id> dep_ids;
+  std::vector<std::uint32_t> dep_begin;
+  // The steps that depend on step i: successor_ids[successor_begin[i] .. successor_begin[i+1]),
   // precomputed so executors release dependents without searching.
-  std::vector<step_id> successors;
+  std::vector<step_id> successor_ids;
   std::vector<std::uint32_t> successor_begin;
+
+  std::span<const step_id> deps(step_id i) const {
+    return {dep_ids.data() + dep_begin[i], dep_begin[i + 1] - dep_begin[i]};
+  }
+  std::span<const step_id> successors(step_id i) const {
+    return {successor_ids.data() + successor_begin[i], successor_begin[i + 1] - successor_begin[i]};
+  }
+  /// Heap bytes the arrays hold (their capacities), the measure of a schedule's size.
+  std::size_t memory_bytes() const {
+    return steps.capacity() * sizeof(step) +
+           (dep_ids.capacity() + dep_begin.capacity() + successor_ids.capacity() + successor_begin.capacity()) *
+               sizeof(std::uint32_t);
+  }
 };
 
 /// Marks step `id` of `s` done for an executor: decrements the unfinished-dependency
 /// count of each successor and appends those that reach zero to `ready`.
 inline void release_successors(const schedule& s, step_id id, std::vector<std::uint32_t>& pending,
                                std::vector<step_id>& ready) {
-  for (auto k = s.successor_begin[id]; k < s.successor_begin[id + 1]; ++k)
-    if (--pending[s.successors[k]] == 0) ready.push_back(s.successors[k]);
+  for (step_id k : s.successors(id))
+    if (--pending[k] == 0) ready.push_back(k);
 }
 
 /// Builds a schedule step by step; every step may only depend on earlier ones, so a
-/// built schedule is acyclic by construction.
+/// built schedule is acyclic by construction. Dependencies are appended to one flat
+/// array; `build` adds the successor lists.
+///
+/// Throws mimatrix::error(invalid_argument) for a buffer, scratch space or region that
+/// reaches past region::offset_limit (2^56 bytes), and std::logic_error for a step that
+/// depends on itself or a later step.
+///
+/// @par Thread Safety
+/// One builder, one thread.
 class builder {
  public:
   builder(const descriptor& desc, int rank, std::string_view algorithm) {
     s_.desc = desc;
     s_.rank = rank;
     s_.algorithm = algorithm;
+    s_.dep_begin.push_back(0);
+    if (desc.input_bytes() >= region::offset_limit || desc.output_bytes() >= region::offset_limit)
+      too_far("a buffer (" + std::to_string(std::max(desc.input_bytes(), desc.output_bytes())) + " bytes)");
   }
 
   const descriptor& desc() const { return s_.desc; }
   int rank() const { return s_.rank; }
   int size() const { return s_.desc.size; }
 
+  /// Room for `steps` steps and `deps` dependencies in all, for a generator that knows
+  /// them. The arrays then never grow: growing by doubling touches about twice their
+  /// final size in fresh pages, and page faults are most of a first build's time.
+  void reserve(std::size_t steps, std::size_t deps) {
+    s_.steps.reserve(steps);
+    s_.dep_begin.reserve(steps + 1);
+    s_.dep_ids.reserve(deps);
+  }
+
   step_id send(int peer, std::uint32_t tag, region src, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::send, peer, tag, src, {}, deps});
+    return add({.kind = step_kind::send, .peer = peer, .tag = tag, .src = src}, deps);
   }
   step_id recv(int peer, std::uint32_t tag, region dst, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::recv, peer, tag, {}, dst, deps});
+    return add({.kind = step_kind::recv, .peer = peer, .tag = tag, .dst = dst}, deps);
   }
   step_id recv_reduce(int peer, std::uint32_t tag, region src, region dst,
                       std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::recv_reduce, peer, tag, src, dst, deps});
+    return add({.kind = step_kind::recv_reduce, .peer = peer, .tag = tag, .src = src, .dst = dst}, deps);
   }
   step_id reduce(region src, region dst, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::reduce, -1, 0, src, dst, deps});
+    return add({.kind = step_kind::reduce, .src = src, .dst = dst}, deps);
   }
   step_id copy(region src, region dst, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::copy, -1, 0, src, dst, deps});
+    return add({.kind = step_kind::copy, .src = src, .dst = dst}, deps);
   }
   step_id finalize(region dst, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::finalize, -1, 0, {}, dst, deps});
+    return add({.kind = step_kind::finalize, .dst = dst}, deps);
   }
   /// Lands `src` in `remote_dst` of `peer`'s buffers (output or scratch) and raises flag
   /// `tag` there.
   step_id write(int peer, std::uint32_t tag, region src, region remote_dst, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::write, peer, tag, src, remote_dst, deps});
+    return add({.kind = step_kind::write, .peer = peer, .tag = tag, .src = src, .dst = remote_dst}, deps);
   }
   /// Raises flag `tag` at `peer`, without data.
   step_id notify(int peer, std::uint32_t tag, std::initializer_list<step_id> deps = {}) {
-    return add({step_kind::notify, peer, tag, {}, {}, deps});
+    return add({.kind = step_kind::notify, .peer = peer, .tag = tag}, deps);
   }
   /// Completes once `count` peers' flags with `tag` have arrived for this call.
   template <class Deps = std::initializer_list<step_id>>
   step_id wait(std::uint32_t tag, std::uint32_t count, const Deps& deps = {}) {
-    step st{step_kind::wait, -1, tag, {}, {}, {}, count};
-    st.deps.assign(deps.begin(), deps.end());
-    return add(std::move(st));
+    return add({.kind = step_kind::wait, .tag = tag, .count = count}, deps);
   }
   /// dst = op(dst, slot 0, ..., slot k-1), where `slots` is k back-to-back regions of
   /// dst.bytes each: one pass over memory however many slots there are.
@@ -214,40 +264,72 @@ class builder {
   template <class Deps>
   step_id add(step_kind kind, int peer, std::uint32_t tag, region src, region dst, const Deps& deps,
               std::uint32_t count = 0) {
-    step st{kind, peer, tag, src, dst, {}, count};
-    st.deps.assign(deps.begin(), deps.end());
-    return add(std::move(st));
+    return add({.kind = kind, .peer = peer, .tag = tag, .count = count, .src = src, .dst = dst}, deps);
   }
-  /// Adds a copy of `st` (its deps must be earlier steps).
-  step_id add(step st) {
+  /// Adds a copy of `st`, after `deps` (earlier steps, in any container of step_id).
+  template <class Deps = std::initializer_list<step_id>>
+  step_id add(const step& st, const Deps& deps = {}) {
     const auto id = static_cast<step_id>(s_.steps.size());
-    for (step_id d : st.deps)
-      if (d >= id) throw std::logic_error("schedule::builder: a step may only depend on earlier steps");
-    s_.steps.push_back(std::move(st));
+    for (step_id d : deps)
+      if (d >= id)
+        throw std::logic_error("schedule::builder: step " + std::to_string(id) + " depends on step " +
+                               std::to_string(d) + "; a step may only depend on earlier steps");
+    // A region ends at most at region::offset_limit, so its offset fits in 56 bits.
+    const auto check = [&](const region& r, const char* name) {
+      if (r.bytes > region::offset_limit - r.offset)
+        too_far("step " + std::to_string(id) + "'s " + name + " (offset " + std::to_string(r.offset) + ", " +
+                std::to_string(r.bytes) + " bytes)");
+    };
+    check(st.src, "src");
+    check(st.dst, "dst");
+    s_.dep_ids.insert(s_.dep_ids.end(), deps.begin(), deps.end());
+    s_.dep_begin.push_back(static_cast<std::uint32_t>(s_.dep_ids.size()));
+    s_.steps.push_back(st);
     return id;
   }
 
   /// Scratch space for this schedule, `bytes` long.
   region scratch(std::size_t bytes) {
+    if (bytes >= region::offset_limit - s_.scratch_bytes)
+      too_far("scratch (" + std::to_string(s_.scratch_bytes) + " + " + std::to_string(bytes) + " bytes)");
     region r{buffer::scratch, s_.scratch_bytes, bytes};
     s_.scratch_bytes += bytes;
     return r;
   }
 
   schedule build() && {
+    // Successor lists by counting sort: begin[d] counts d's successors, then its end;
+    // placing edges from the last step back leaves begin[d] at d's start and each list
+    // in ascending order.
     const auto n = s_.steps.size();
-    s_.successor_begin.assign(n + 1, 0);
-    for (const auto& st : s_.steps)
-      for (step_id d : st.deps) ++s_.successor_begin[d + 1];
-    for (std::size_t i = 0; i < n; ++i) s_.successor_begin[i + 1] += s_.successor_begin[i];
-    s_.successors.resize(s_.successor_begin[n]);
-    std::vector<std::uint32_t> fill(s_.successor_begin.begin(), s_.successor_begin.end() - 1);
-    for (step_id i = 0; i < n; ++i)
-      for (step_id d : s_.steps[i].deps) s_.successors[fill[d]++] = i;
+    auto& begin = s_.successor_begin;
+    begin.assign(n + 1, 0);
+    for (step_id d : s_.dep_ids) ++begin[d];
+    for (std::size_t i = 0; i < n; ++i) begin[i + 1] += begin[i];
+    s_.successor_ids.resize(s_.dep_ids.size());
+    for (auto i = static_cast<step_id>(n); i-- > 0;)
+      for (step_id d : s_.deps(i)) s_.successor_ids[--begin[d]] = i;
+    trim(s_.steps);
+    trim(s_.dep_ids);
+    trim(s_.dep_begin);
     return std::move(s_);
   }
 
  private:
+  /// Growth by doubling can leave half of an array unused, and a schedule is kept (in
+  /// a plan cache). Copying to size touches fresh pages, most of a first build's time,
+  /// so only an array with a quarter or more unused is trimmed.
+  template <class T>
+  static void trim(std::vector<T>& v) {
+    if (v.capacity() - v.size() >= v.capacity() / 4) v.shrink_to_fit();
+  }
+
+  [[noreturn]] void too_far(const std::string& what) const {
+    throw error(errc::invalid_argument, "schedule::builder: rank " + std::to_string(s_.rank) + ", " + s_.algorithm +
+                                            " " + std::string(to_string(s_.desc.kind)) + ": " + what +
+                                            " reaches past 2^56 bytes, the limit of region offsets");
+  }
+
   schedule s_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,25 +111,28 @@ TEST(gdraa, the_verifier_catches_a_dropped_dependency_and_a_short_wait) {
   const schedule::descriptor d{collective::allreduce, 4, 40, 4, 0};
   auto group = build_group(d);
   ASSERT_TRUE(schedule::verify(group, {true}));
+  // Re-runs `s` through a builder, `edit` changing each step and its deps on the way.
   const auto rebuilt = [&](const schedule::schedule& s, auto&& edit) {
     schedule::builder b(s.desc, s.rank, s.algorithm);
     (void)b.scratch(s.scratch_bytes);
-    for (auto st : s.steps) {
-      edit(st);
-      b.add(std::move(st));
+    for (schedule::step_id i = 0; i < s.steps.size(); ++i) {
+      auto st = s.steps[i];
+      auto deps = s.deps(i);
+      edit(st, deps);
+      b.add(st, deps);
     }
     return std::move(b).build();
   };
   auto broken = group;
-  broken[1] = rebuilt(group[1], [](schedule::step& st) {
-    if (st.kind == step_kind::write && st.tag == algorithm::gdraa::sync_2) st.deps.clear();
+  broken[1] = rebuilt(group[1], [](schedule::step& st, std::span<const schedule::step_id>& deps) {
+    if (st.kind == step_kind::write && st.tag == algorithm::gdraa::sync_2) deps = {};
   });
   auto result = schedule::verify(broken, {true});
   EXPECT_FALSE(result);
   EXPECT_NE(result.message.find("rank 1"), std::string::npos) << result.message;
 
   broken = group;
-  broken[2] = rebuilt(group[2], [](schedule::step& st) {
+  broken[2] = rebuilt(group[2], [](schedule::step& st, std::span<const schedule::step_id>&) {
     if (st.kind == step_kind::wait && st.tag == algorithm::gdraa::sync_1) st.count = 2;
   });
   result = schedule::verify(broken);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,17 +81,15 @@ TEST(ring, the_verifier_catches_a_dropped_dependency) {
   const schedule::descriptor d{collective::allreduce, 4, 40, 4, 0};
   auto group = build_group(algorithm::ring{}, topology::ring{}, d);
   ASSERT_TRUE(schedule::verify(group, {true}));
-  auto& steps = group[1].steps;
+  const auto& s = group[1];
   bool dropped = false;
-  for (auto& st : steps)
-    if (st.kind == schedule::step_kind::recv && !st.deps.empty()) {
-      st.deps.clear();
-      dropped = true;
-      break;
-    }
+  schedule::builder rebuilt(s.desc, 1, "ring");
+  for (schedule::step_id i = 0; i < s.steps.size(); ++i) {
+    const bool drop = !dropped && s.steps[i].kind == schedule::step_kind::recv && !s.deps(i).empty();
+    dropped = dropped || drop;
+    rebuilt.add(s.steps[i], drop ? std::span<const schedule::step_id>{} : s.deps(i));
+  }
   ASSERT_TRUE(dropped);
-  schedule::builder rebuilt(group[1].desc, 1, "ring");
-  for (const auto& st : steps) rebuilt.add(st.kind, st.peer, st.tag, st.src, st.dst, st.deps);
   group[1] = std::move(rebuilt).build();
   const auto result = schedule::verify(group, {true});
   EXPECT_FALSE(result);

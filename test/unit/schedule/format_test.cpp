@@ -32,9 +32,9 @@ TEST(Format, RegionAndStep) {
   EXPECT_EQ(to_string(g[0].steps[0]), "send to peer 1, tag 3, src input[0,4096)");
   EXPECT_EQ(to_string(g[0].steps[1]), "recv_reduce from peer 1, tag 3, src input[0,4096), dst output[0,4096)");
   EXPECT_EQ(to_string(g[0].steps[2]), "finalize dst output[0,4096)");
-  const step recv{step_kind::recv, 0, 1, {}, {buffer::scratch, 0, 16}, {}};
+  const step recv{.kind = step_kind::recv, .peer = 0, .tag = 1, .dst = {buffer::scratch, 0, 16}};
   EXPECT_EQ(to_string(recv), "recv from peer 0, tag 1, dst scratch[0,16)");
-  const step copy{step_kind::copy, -1, 0, {buffer::input, 0, 16}, {buffer::output, 16, 16}, {}};
+  const step copy{.kind = step_kind::copy, .src = {buffer::input, 0, 16}, .dst = {buffer::output, 16, 16}};
   EXPECT_EQ(to_string(copy), "copy src input[0,16), dst output[16,32)");
 }
 
@@ -70,13 +70,14 @@ TEST(Format, DotEscapesQuotes) {
 namespace {
 
 TEST(Format, OneSidedStepsAndTheFusedReduction) {
-  const step write{step_kind::write, 2, 0, {buffer::input, 0, 16}, {buffer::scratch, 16, 16}, {}};
+  const step write{
+      .kind = step_kind::write, .peer = 2, .tag = 0, .src = {buffer::input, 0, 16}, .dst = {buffer::scratch, 16, 16}};
   EXPECT_EQ(to_string(write), "write to peer 2, tag 0, src input[0,16), dst peer's scratch[16,32)");
-  const step notify{step_kind::notify, 3, 5, {}, {}, {}};
+  const step notify{.kind = step_kind::notify, .peer = 3, .tag = 5};
   EXPECT_EQ(to_string(notify), "notify peer 3, tag 5");
-  const step wait{step_kind::wait, -1, 1, {}, {}, {}, 3};
+  const step wait{.kind = step_kind::wait, .tag = 1, .count = 3};
   EXPECT_EQ(to_string(wait), "wait tag 1 for 3 flags");
-  const step slots{step_kind::reduce_slots, -1, 0, {buffer::scratch, 0, 48}, {buffer::output, 0, 16}, {}};
+  const step slots{.kind = step_kind::reduce_slots, .src = {buffer::scratch, 0, 48}, .dst = {buffer::output, 0, 16}};
   EXPECT_EQ(to_string(slots), "reduce_slots src scratch[0,48) (3 slots), dst output[0,16)");
 }
 

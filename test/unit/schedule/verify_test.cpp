@@ -27,8 +27,29 @@ descriptor make(collective kind, int size, std::size_t count, int root = 0) {
 schedule rebuild(const schedule& s) {
   builder b(s.desc, s.rank, s.algorithm);
   if (s.scratch_bytes) (void)b.scratch(s.scratch_bytes);
-  for (const auto& st : s.steps) b.add(st.kind, st.peer, st.tag, st.src, st.dst, st.deps);
+  for (step_id i = 0; i < s.steps.size(); ++i) b.add(s.steps[i], s.deps(i));
   return std::move(b).build();
+}
+
+// Edits in place, without the builder's checks and leaving the successor lists stale:
+// rebuild afterwards, or do not, to show the verifier what only a hand edit can make.
+
+/// Makes `deps` the dependencies of step `i`.
+void set_deps(schedule& s, step_id i, const std::vector<step_id>& deps) {
+  const auto first = s.dep_ids.begin() + s.dep_begin[i], last = s.dep_ids.begin() + s.dep_begin[i + 1];
+  const auto grown = std::ptrdiff_t(deps.size()) - (last - first);
+  s.dep_ids.insert(s.dep_ids.erase(first, last), deps.begin(), deps.end());
+  for (auto k = std::size_t(i) + 1; k < s.dep_begin.size(); ++k) s.dep_begin[k] = std::uint32_t(s.dep_begin[k] + grown);
+}
+/// Inserts `st` as step `at`, after `deps`; the later steps' deps keep their numbers.
+void insert_step(schedule& s, step_id at, const step& st, const std::vector<step_id>& deps = {}) {
+  const auto begin = s.dep_begin[at];  // the new step's range starts empty
+  s.steps.insert(s.steps.begin() + at, st);
+  s.dep_begin.insert(s.dep_begin.begin() + at, begin);
+  set_deps(s, at, deps);
+}
+void push_step(schedule& s, const step& st, const std::vector<step_id>& deps = {}) {
+  insert_step(s, step_id(s.steps.size()), st, deps);
 }
 
 ::testing::AssertionResult fails_with(const group& g, std::vector<std::string> needles, verify_options o = {}) {
@@ -248,7 +269,7 @@ TEST(Verify, MissingFinalize) {
 TEST(Verify, DoubleFinalize) {
   auto g = direct_allreduce(3, 2);
   auto& s = g[1];
-  s.steps.push_back({step_kind::finalize, -1, 0, {}, out(0, 2), {step_id(s.steps.size() - 1)}});
+  push_step(s, {.kind = step_kind::finalize, .dst = out(0, 2)}, {step_id(s.steps.size() - 1)});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 1 output element 0", "finalized 2 times"}));
 }
@@ -258,7 +279,7 @@ TEST(Verify, ReducingFinalizedData) {
   auto& s = g[0];
   // finalize first, then one more reduce of the received slot on top.
   const auto fin = step_id(s.steps.size() - 1);
-  s.steps.push_back({step_kind::reduce, -1, 0, s.steps[fin - 1].src, out(0, 2), {fin}});
+  push_step(s, {.kind = step_kind::reduce, .src = s.steps[fin - 1].src, .dst = out(0, 2)}, {fin});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 0 step", "reduce", "already finalized"}));
 }
@@ -267,8 +288,8 @@ TEST(Verify, RankCountedTwice) {
   auto g = direct_allreduce(2, 2);
   auto& s = g[0];
   // steps: 0 send, 1 recv, 2 copy, 3 reduce, 4 finalize: reduce the slot once more.
-  s.steps.insert(s.steps.begin() + 4, step{step_kind::reduce, -1, 0, s.steps[3].src, out(0, 2), {3}});
-  s.steps[5].deps = {4};
+  insert_step(s, 4, {.kind = step_kind::reduce, .src = s.steps[3].src, .dst = out(0, 2)}, {3});
+  set_deps(s, 5, {4});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 0 step 4", "reduce", "counts rank 1 twice", "output byte 0"}));
 }
@@ -287,7 +308,7 @@ TEST(Verify, WrongOrigin) {
 TEST(Verify, AllgatherMustNotFinalize) {
   auto g = direct_allgather(2, 2);
   auto& s = g[0];
-  s.steps.push_back({step_kind::finalize, -1, 0, {}, out(0, 4), {1, 2}});
+  push_step(s, {.kind = step_kind::finalize, .dst = out(0, 4)}, {1, 2});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 0 output element 0", "finalized 1 times", "allgather"}));
 }
@@ -333,7 +354,7 @@ TEST(Verify, BroadcastNonRootInputIsUndefined) {
   auto g = direct_broadcast(2, 2, 0);
   auto& s = g[1];
   // Rank 1 copies its own (unused) input instead of receiving.
-  s.steps.push_back({step_kind::copy, -1, 0, in(0, 2), out(0, 2), {0}});
+  push_step(s, {.kind = step_kind::copy, .src = in(0, 2), .dst = out(0, 2)}, {0});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 1 step 1", "copy", "reads data before it is produced", "input byte 0"}));
 }
@@ -395,7 +416,7 @@ TEST(Verify, TwoUnorderedWrites) {
   auto g = direct_allreduce(2, 2);
   auto& s = g[0];
   // A second copy into output, ordered with nothing.
-  s.steps.push_back({step_kind::copy, -1, 0, in(0, 2), out(0, 2), {}});
+  push_step(s, {.kind = step_kind::copy, .src = in(0, 2), .dst = out(0, 2)});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"race on rank 0", "output byte 0", "step 4 (finalize", "step 5 (copy", "writes it",
                              "neither depends on the other"}));
@@ -431,7 +452,7 @@ TEST(Verify, RaceOnlyInPlace) {
 TEST(Verify, RingAllgatherWithoutForwardingDependencyRaces) {
   auto g = ring_allgather(4, 2);
   auto& s = g[2];
-  s.steps[3].deps.clear();  // forward block 1 before it arrives
+  set_deps(s, 3, {});  // forward block 1 before it arrives
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"race on rank 2", "step 2 (recv from peer 1, tag 0", "step 3 (send to peer 3, tag 1"}));
 }
@@ -442,8 +463,7 @@ TEST(Verify, RingAllgatherWithoutForwardingDependencyRaces) {
 TEST(Verify, UnmatchedSend) {
   auto g = direct_allreduce(2, 2);
   auto& s = g[0];
-  s.steps.push_back({step_kind::send, 1, 99, {}, {}, {}});
-  s.steps.back().src = in(0, 2);
+  push_step(s, {.kind = step_kind::send, .peer = 1, .tag = 99, .src = in(0, 2)});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 0 step 5", "send to peer 1, tag 99", "no matching recv"}));
 }
@@ -453,7 +473,7 @@ TEST(Verify, UnmatchedRecv) {
   auto& s = g[1];
   const auto tmp = region{buffer::scratch, s.scratch_bytes, 2 * es};
   s.scratch_bytes += 2 * es;
-  s.steps.push_back({step_kind::recv, 0, 5, {}, tmp, {}});
+  push_step(s, {.kind = step_kind::recv, .peer = 0, .tag = 5, .dst = tmp});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"rank 1 step 5", "recv from peer 0, tag 5", "no matching send"}));
 }
@@ -471,7 +491,7 @@ TEST(Verify, MismatchedBytes) {
 TEST(Verify, DuplicateTag) {
   auto g = direct_allreduce(2, 2);
   auto& s = g[0];
-  s.steps.push_back({step_kind::send, 1, 0, in(0, 2), {}, {}});
+  push_step(s, {.kind = step_kind::send, .peer = 1, .tag = 0, .src = in(0, 2)});
   s = rebuild(s);
   EXPECT_TRUE(fails_with(g, {"duplicate message", "rank 0 step 0", "step 5", "send to peer 1, tag 0"}));
 }
@@ -512,14 +532,20 @@ TEST(Verify, PeerIsSelfOrOutOfRange) {
 
 TEST(Verify, DependencyOnLaterStep) {
   auto g = direct_allreduce(2, 2);
-  g[0].steps[2].deps = {4};  // not through builder: it would refuse
+  set_deps(g[0], 2, {4});  // not through builder: it would refuse
   EXPECT_TRUE(fails_with(g, {"rank 0 step 2", "depends on step 4, which is not earlier"}));
 }
 
 TEST(Verify, SuccessorsOutOfDate) {
   auto g = direct_allreduce(2, 2);
-  g[0].steps[2].deps = {1};  // edited without rebuilding
+  set_deps(g[0], 2, {1});  // edited without rebuilding
   EXPECT_TRUE(fails_with(g, {"rank 0", "successor lists do not match deps"}));
+}
+
+TEST(Verify, DependencyRangesMalformed) {
+  auto g = direct_allreduce(2, 2);
+  g[1].dep_ids.pop_back();  // the last step's range now ends past the array
+  EXPECT_TRUE(fails_with(g, {"rank 1", "dependency ranges do not cover dep_ids"}));
 }
 
 TEST(Verify, GroupDisagrees) {

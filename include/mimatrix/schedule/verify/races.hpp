@@ -36,7 +36,7 @@ class race_check : public matching_check {
     std::uint64_t* const reach = reach_.data();  // raw pointers: this is the hot loop
     for (std::size_t i = 0; i < n; ++i) {
       std::uint64_t* const row = reach + i * w;
-      for (step_id d : steps[i].deps) {
+      for (step_id d : deps_of(r, i)) {
         const std::uint64_t* const from = reach + std::size_t(d) * w;
         for (std::size_t k = 0; k <= d / 64; ++k) row[k] |= from[k];  // from has no bits past d
         row[d / 64] |= std::uint64_t(1) << (d % 64);
@@ -180,7 +180,7 @@ class race_check : public matching_check {
     const auto for_each_edge = [&](auto&& edge) {
       for (std::uint32_t v = 0; v < total; ++v) {
         const auto r = int(rank_of_[v]);
-        for (step_id d : at(r, v - offsets_[std::size_t(r)]).deps) {
+        for (step_id d : deps_of(r, v - offsets_[std::size_t(r)])) {
           const auto u = std::uint32_t(offsets_[std::size_t(r)] + d);
           edge(u, v);
           if (partner_[u] != no_step) edge(partner_[u], v);

@@ -132,8 +132,9 @@ class simulation_check : public race_check {
         const auto g = offsets_[std::size_t(r)] + i;
         // A wait also needs every flag it counts: writes and notifies complete (and
         // land their data) as soon as their deps have.
-        pending_[g] = std::uint32_t(steps[i].deps.size()) + incoming_[g];
-        for (step_id d : steps[i].deps) ++succ_begin_[offsets_[std::size_t(r)] + d + 1];
+        const auto deps = deps_of(r, i);
+        pending_[g] = std::uint32_t(deps.size()) + incoming_[g];
+        for (step_id d : deps) ++succ_begin_[offsets_[std::size_t(r)] + d + 1];
       }
     }
     for (std::size_t g = 0; g < total; ++g) succ_begin_[g + 1] += succ_begin_[g];
@@ -143,7 +144,7 @@ class simulation_check : public race_check {
       for (int r = 0; r < p_; ++r) {
         const auto& steps = group_[std::size_t(r)].steps;
         for (std::size_t i = 0; i < steps.size(); ++i)
-          for (step_id d : steps[i].deps)
+          for (step_id d : deps_of(r, i))
             succ_[fill[offsets_[std::size_t(r)] + d]++] = std::uint32_t(offsets_[std::size_t(r)] + i);
       }
     }
@@ -209,7 +210,7 @@ class simulation_check : public race_check {
       const auto r = int(rank_of_[g]);
       const auto i = g - offsets_[std::size_t(r)];
       std::uint32_t deps_left = 0;
-      for (step_id d : at(r, i).deps) deps_left += done_[offsets_[std::size_t(r)] + d] ? 0 : 1;
+      for (step_id d : deps_of(r, i)) deps_left += done_[offsets_[std::size_t(r)] + d] ? 0 : 1;
       if (deps_left) continue;  // blocked by its own rank, listed through the steps before it
       ++frontier;
       if (listed == 8) continue;

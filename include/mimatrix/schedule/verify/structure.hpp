@@ -43,6 +43,9 @@ class structure_check {
     return false;
   }
   const step& at(int rank, std::size_t i) const { return group_[std::size_t(rank)].steps[i]; }
+  std::span<const step_id> deps_of(int rank, std::size_t i) const {
+    return group_[std::size_t(rank)].deps(step_id(i));
+  }
   /// "rank 1 step 4 (recv_reduce from peer 0, tag 3, src output[0,16), dst output[0,16))"
   std::string where(int rank, std::size_t i) const {
     return "rank " + std::to_string(rank) + " step " + std::to_string(i) + " (" + to_string(at(rank, i)) + ")";
@@ -115,10 +118,13 @@ class structure_check {
         return fail("schedule at index " + std::to_string(r) + " says it is rank " + std::to_string(s.rank));
       if (s.steps.size() >= no_step) return fail("rank " + std::to_string(r) + ": too many steps");
       const auto n = s.steps.size();
+      if (s.dep_begin.size() != n + 1 || s.dep_begin.front() != 0 || s.dep_begin.back() != s.dep_ids.size() ||
+          !std::is_sorted(s.dep_begin.begin(), s.dep_begin.end()))
+        return fail("rank " + std::to_string(r) + ": dependency ranges do not cover dep_ids (build schedules with builder)");
       for (std::size_t i = 0; i < n; ++i) {
         const auto& st = s.steps[i];
         if (st.kind > step_kind::reduce_slots) return fail("rank " + std::to_string(r) + " step " + std::to_string(i) + ": unknown step kind");
-        for (step_id d : st.deps)
+        for (step_id d : s.deps(step_id(i)))
           if (d >= i) return fail(where(r, i) + ": depends on step " + std::to_string(d) + ", which is not earlier");
         if (has_peer(st.kind) && (st.peer < 0 || st.peer >= p_ || st.peer == r))
           return fail(where(r, i) + ": peer " + std::to_string(st.peer) +
@@ -173,15 +179,14 @@ class structure_check {
     const auto& s = group_[std::size_t(r)];
     const auto n = s.steps.size();
     std::vector<std::uint32_t> begin(n + 1, 0);
-    for (const auto& st : s.steps)
-      for (step_id d : st.deps) ++begin[d + 1];
+    for (step_id d : s.dep_ids) ++begin[d + 1];
     for (std::size_t i = 0; i < n; ++i) begin[i + 1] += begin[i];
     const auto bad = "rank " + std::to_string(r) + ": successor lists do not match deps (build schedules with builder)";
-    if (s.successor_begin != begin || s.successors.size() != begin[n]) return fail(bad);
-    std::vector<step_id> want(begin[n]), got(s.successors);
+    if (s.successor_begin != begin || s.successor_ids.size() != begin[n]) return fail(bad);
+    std::vector<step_id> want(begin[n]), got(s.successor_ids);
     auto fill = begin;
     for (step_id i = 0; i < n; ++i)
-      for (step_id d : s.steps[i].deps) want[fill[d]++] = i;
+      for (step_id d : s.deps(i)) want[fill[d]++] = i;
     for (std::size_t i = 0; i < n; ++i)
       std::sort(got.begin() + begin[i], got.begin() + begin[i + 1]);
     return got == want || fail(bad);

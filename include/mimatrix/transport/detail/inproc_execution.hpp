@@ -47,7 +47,7 @@ class inproc_execution final : public execution {
         pending_(plan_->steps.size()),
         sends_(std::make_unique<posted_send[]>(plan_->steps.size())) {
     for (std::size_t i = 0; i < plan_->steps.size(); ++i) {
-      pending_[i] = static_cast<std::uint32_t>(plan_->steps[i].deps.size());
+      pending_[i] = static_cast<std::uint32_t>(plan_->deps(static_cast<schedule::step_id>(i)).size());
       if (pending_[i] == 0) ready_.push_back(static_cast<schedule::step_id>(i));
       if (plan_->steps[i].kind == schedule::step_kind::wait) flags_expected_ += plan_->steps[i].count;
     }

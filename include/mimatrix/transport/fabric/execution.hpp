@@ -60,7 +60,7 @@ class fabric_execution final : public execution, private fabric_call {
     std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
-      pending_[i] = static_cast<std::uint32_t>(st.deps.size());
+      pending_[i] = static_cast<std::uint32_t>(plan_->deps(static_cast<schedule::step_id>(i)).size());
       if (schedule::is_one_sided(st.kind) || (st.kind == kind::wait && st.count > 0)) {
         one_sided_ = true;
         if (st.tag > wire::max_flag_tag)
