@@ -70,7 +70,7 @@ TEST(inproc, a_receive_nobody_sends_times_out_naming_step_peer_and_tag) {
     op->wait(ec);
     if (r == 0) {
       EXPECT_EQ(ec, errc::timeout);
-      for (const char* fragment : {"rank 0", "allreduce #0", "step 0", "peer 1", "recv from rank 1 (tag 42)"})
+      for (const char* fragment : {"rank 0", "allreduce #0", "step 0", "peer 1", "waiting for data from rank 1 (recv, tag 42)"})
         EXPECT_NE(op->message().find(fragment), std::string::npos) << fragment << " missing: " << op->message();
     }
   });

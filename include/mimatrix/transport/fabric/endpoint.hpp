@@ -37,6 +37,7 @@
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
 #include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::detail {
 
@@ -104,22 +105,17 @@ struct fabric_arena {
 struct fabric_step_state {
   fabric_request* request = nullptr;  // posted and not yet completed
   std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
-  bool arrived = false;               // recv_reduce: the data is in staging
-  bool ready = false;                 // recv_reduce: its dependencies are done
   local_mailboxes* box = nullptr;     // the shared-memory mailbox it moves through (null: the provider)
   bool polling = false;               // a mailbox receive looked for in every round
 };
 
-/// A call's bookkeeping and memory (scratch, staging), kept by the endpoint across calls
-/// so that the steady state allocates nothing.
+/// A call's memory (scratch, staging) and the fabric part of its bookkeeping, kept by the
+/// endpoint across calls so that the steady state allocates nothing.
 struct fabric_workspace {
   fabric_arena scratch, staging;
-  std::vector<std::uint32_t> pending;      // unfinished dependencies per step
   std::vector<fabric_step_state> state;    // per step
-  std::vector<std::uint32_t> ready, to_post;
   std::vector<std::uint32_t> reduces;      // the recv_reduce steps, in schedule order
   std::vector<std::size_t> free_slots;
-  std::vector<std::uint32_t> flags;        // one-sided calls: flags arrived, by tag
   std::vector<std::uint32_t> polls;        // mailbox receives whose dependencies are done
   std::vector<std::uint32_t> looked;       // mailbox reads: per peer and mailbox, the last poll round
 };
@@ -288,8 +284,6 @@ class fabric_endpoint {
     if (workspaces_.empty()) return std::make_unique<fabric_workspace>();
     auto w = std::move(workspaces_.back());
     workspaces_.pop_back();
-    w->ready.clear();
-    w->to_post.clear();
     w->reduces.clear();
     w->free_slots.clear();
     w->polls.clear();
@@ -300,6 +294,16 @@ class fabric_endpoint {
     workspaces_.push_back(std::move(w));
     // Registrations set aside while calls were in flight can go now.
     if (--calls_in_flight_ == 0 && orphans_ == 0) mr_->trim();
+  }
+  /// The executor's bookkeeping of a call, reused likewise (returned when the call is gone).
+  std::unique_ptr<step_bookkeeping> take_bookkeeping() {
+    if (books_.empty()) return nullptr;
+    auto b = std::move(books_.back());
+    books_.pop_back();
+    return b;
+  }
+  void give_bookkeeping(std::unique_ptr<step_bookkeeping> b) {
+    if (b) books_.push_back(std::move(b));
   }
   /// The workspace of a failed call whose orphans may still write its memory: kept until
   /// the endpoint closes, never reused.
@@ -727,6 +731,7 @@ class fabric_endpoint {
   std::size_t orphans_ = 0;
   std::size_t calls_in_flight_ = 0;  // workspaces taken and not yet given back
   std::vector<std::unique_ptr<fabric_workspace>> workspaces_, retired_;
+  std::vector<std::unique_ptr<step_bookkeeping>> books_;
   std::map<std::uint64_t, fabric_failure> failures_;
   struct queued_control {
     fabric_request* request;

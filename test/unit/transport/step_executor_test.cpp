@@ -1,0 +1,199 @@
+// The step executor under a scripted port: what a new transport (the simulator, the CUDA
+// memory space) relies on — back-pressure retried in order, receives taken early and
+// consumed once ready, flags completing waits, and a stuck call named by step and peer.
+#include "mimatrix/transport/step_executor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/reduce/ops.hpp"
+
+namespace mimatrix {
+namespace {
+
+using namespace std::chrono_literals;
+using schedule::buffer;
+using schedule::step_id;
+using transport::step_executor;
+
+class yielding_port final : public transport::progress_port {
+ public:
+  void pause(std::uint64_t, int) override { std::this_thread::yield(); }
+};
+
+/// One rank of two whose peer is the test: sends land in `sent`, receives take what the
+/// test put in `inbox` under their tag, and the first `refusals` posts are deferred.
+class scripted final : public step_executor {
+ public:
+  scripted(transport::progress_engine& engine, std::shared_ptr<const schedule::schedule> plan, const std::byte* in,
+           std::byte* out, std::chrono::milliseconds timeout, int refusals = 0, bool early = false)
+      : step_executor(engine, plan, {plan->desc.kind, reduce::op_kind::sum, dtype::int32, plan->desc.count, 0, 0},
+                      reduce::host_kernels_of<reduce::sum<std::int32_t>>, timeout, nullptr),
+        refusals_(refusals),
+        early_(early),
+        scratch_(plan->scratch_bytes) {
+    mem_ = {in, out, scratch_.data()};
+    if (early_)
+      for (step_id i = 0; i < plan->steps.size(); ++i)
+        if (plan->steps[i].kind == schedule::step_kind::recv_reduce) post_early(i);
+  }
+  ~scripted() override { leave(); }
+
+  void begin() { start(); }
+
+  std::map<std::uint32_t, std::vector<std::int32_t>> inbox;  // by tag
+  std::vector<std::pair<std::uint32_t, std::vector<std::int32_t>>> sent;  // (tag, data), in order
+  std::vector<step_id> post_order;
+  std::vector<std::pair<std::uint32_t, int>> flags_to_raise;
+
+ private:
+  posted post(step_id id) override {
+    post_order.push_back(id);
+    if (refusals_ > 0) {
+      --refusals_;
+      return posted::deferred;
+    }
+    const schedule::step& st = step_at(id);
+    if (st.kind == schedule::step_kind::send) {
+      std::vector<std::int32_t> data(st.src.bytes / sizeof(std::int32_t));
+      std::memcpy(data.data(), mem_.read(st.src), st.src.bytes);
+      sent.emplace_back(st.tag, std::move(data));
+      return posted::done;
+    }
+    waiting_.push_back(id);
+    return posted::started;
+  }
+
+  bool poll() override {
+    bool changed = false;
+    for (auto [tag, writer] : flags_to_raise) raise_flag(tag, writer), changed = true;
+    flags_to_raise.clear();
+    for (std::size_t k = 0; k < waiting_.size();) {
+      auto it = inbox.find(step_at(waiting_[k]).tag);
+      if (it == inbox.end()) {
+        ++k;
+        continue;
+      }
+      arrived_[waiting_[k]] = it->second;
+      const step_id id = waiting_[k];
+      waiting_.erase(waiting_.begin() + std::ptrdiff_t(k));
+      arrive(id, reinterpret_cast<const std::byte*>(arrived_[id].data()));
+      changed = true;
+    }
+    return changed;
+  }
+
+  bool posts_early(step_id) const override { return early_; }
+  const std::byte* arrived_data(step_id id) override {
+    return reinterpret_cast<const std::byte*>(arrived_.at(id).data());
+  }
+  void on_failure(errc, bool) override {}
+  std::string_view route(step_id) const override { return "scripted"; }
+
+  int refusals_;
+  bool early_;
+  std::vector<std::byte> scratch_;
+  std::vector<step_id> waiting_;
+  std::map<step_id, std::vector<std::int32_t>> arrived_;
+};
+
+constexpr std::size_t count = 4;
+constexpr std::size_t bytes = count * sizeof(std::int32_t);
+
+std::shared_ptr<const schedule::schedule> build(schedule::builder& b) {
+  return std::make_shared<const schedule::schedule>(std::move(b).build());
+}
+
+schedule::builder builder_for() {
+  return schedule::builder({schedule::collective::allreduce, 2, count, sizeof(std::int32_t), 0}, 0, "scripted");
+}
+
+TEST(step_executor, retries_posts_refused_by_back_pressure_in_the_order_refused) {
+  auto b = builder_for();
+  for (std::uint32_t tag = 0; tag < 3; ++tag) b.send(1, tag, {buffer::input, 0, bytes});
+  const auto plan = build(b);
+  transport::progress_engine engine(std::make_unique<yielding_port>());
+  std::vector<std::int32_t> in{1, 2, 3, 4}, out(count);
+  scripted call(engine, plan, reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
+                1s, /*refusals=*/2);
+  call.begin();
+  std::error_code ec;
+  call.wait(ec);
+  ASSERT_FALSE(ec) << call.message();
+  // Steps 0 and 1 were refused, step 2 went first; the retries keep 0 before 1.
+  ASSERT_EQ(call.sent.size(), 3u);
+  EXPECT_EQ(call.sent[0].first, 2u);
+  EXPECT_EQ(call.sent[1].first, 0u);
+  EXPECT_EQ(call.sent[2].first, 1u);
+  EXPECT_EQ(call.sent[1].second, in);
+}
+
+TEST(step_executor, a_receive_taken_early_is_reduced_only_once_its_dependencies_are_done) {
+  auto b = builder_for();
+  const step_id copied = b.copy({buffer::input, 0, bytes}, {buffer::output, 0, bytes});
+  const step_id ready = b.recv(1, 7, {buffer::scratch, 0, 0});  // a gate the test opens last
+  b.recv_reduce(1, 8, {buffer::output, 0, bytes}, {buffer::output, 0, bytes}, {copied, ready});
+  const auto plan = build(b);
+  transport::progress_engine engine(std::make_unique<yielding_port>());
+  std::vector<std::int32_t> in{1, 2, 3, 4}, out(count);
+  scripted call(engine, plan, reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
+                1s, 0, /*early=*/true);
+  call.inbox[8] = {10, 20, 30, 40};  // arrives before the gate opens
+  call.begin();
+  std::error_code ec;
+  EXPECT_FALSE(call.test(ec));
+  EXPECT_EQ(out, (std::vector<std::int32_t>{1, 2, 3, 4})) << "reduced before its dependencies were done";
+  call.inbox[7] = {};
+  call.wait(ec);
+  ASSERT_FALSE(ec) << call.message();
+  EXPECT_EQ(out, (std::vector<std::int32_t>{11, 22, 33, 44}));
+}
+
+TEST(step_executor, flags_complete_a_wait_once_enough_have_arrived) {
+  auto b = builder_for();
+  const step_id waited = b.wait(5, 2);
+  b.copy({buffer::input, 0, bytes}, {buffer::output, 0, bytes}, {waited});
+  const auto plan = build(b);
+  transport::progress_engine engine(std::make_unique<yielding_port>());
+  std::vector<std::int32_t> in{1, 2, 3, 4}, out(count);
+  scripted call(engine, plan, reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
+                1s);
+  call.begin();
+  call.flags_to_raise = {{5, 1}};
+  std::error_code ec;
+  EXPECT_FALSE(call.test(ec));
+  EXPECT_FALSE(call.test(ec));
+  call.flags_to_raise = {{5, 1}};
+  call.wait(ec);
+  ASSERT_FALSE(ec) << call.message();
+  EXPECT_EQ(out, in);
+}
+
+TEST(step_executor, a_stuck_call_times_out_naming_its_step_peer_tag_and_route) {
+  auto b = builder_for();
+  b.send(1, 3, {buffer::input, 0, bytes});
+  b.recv(1, 9, {buffer::output, 0, bytes});
+  const auto plan = build(b);
+  transport::progress_engine engine(std::make_unique<yielding_port>());
+  std::vector<std::int32_t> in(count), out(count);
+  scripted call(engine, plan, reinterpret_cast<const std::byte*>(in.data()), reinterpret_cast<std::byte*>(out.data()),
+                100ms);
+  call.begin();
+  std::error_code ec;
+  call.wait(ec);
+  EXPECT_EQ(ec, errc::timeout);
+  for (const char* fragment : {"rank 0", "step 1", "peer 1", "timed out after 100 ms",
+                               "waiting for data from rank 1 (recv, tag 9, scripted)"})
+    EXPECT_NE(call.message().find(fragment), std::string::npos) << fragment << " missing: " << call.message();
+}
+
+}  // namespace
+}  // namespace mimatrix
