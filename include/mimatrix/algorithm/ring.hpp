@@ -59,7 +59,6 @@ class ring {
   void complete_policy(const policy& suggested) { tuning_ = complete(tuning_, suggested); }
 
  private:
-  using ids = std::vector<schedule::step_id>;
   using buffer = schedule::buffer;
 
   struct context {
@@ -86,43 +85,56 @@ class ring {
   static void build_allreduce(schedule::builder& b, const context& x) {
     const int p = x.size();
     if (p == 1) {
+      b.reserve(2, 1);
       const auto c = b.copy(whole(buffer::input, x.desc.input_bytes()), whole(buffer::output, x.desc.output_bytes()));
       b.finalize(whole(buffer::output, x.desc.output_bytes()), {c});
       return;
     }
     const detail::block_partition part{x.desc.count, static_cast<std::size_t>(p)};
     const auto chunks_of = [&](std::size_t blk) { return detail::chunking{part.length(blk), x.chunk_elems}; };
-    const std::size_t max_chunks = chunks_of(0).chunks();
+    const std::size_t max_chunks = chunks_of(0).chunks();  // block 0 is among the longest
     const auto at = [&](buffer where, std::size_t blk, std::size_t c) {
       const auto ch = chunks_of(blk);
       return detail::elements(where, part.start(blk) + ch.start(c), ch.length(c), x.es());
     };
 
-    std::vector<ids> rs_send(p - 1), rs_reduce(p - 1), ag_send(p - 1), ag_recv(p - 1);
+    // Each half sends and receives every block but one: reduce-scatter sends all but
+    // the own block and receives all but block(-1), allgather sends all but block(1)
+    // and receives all but the own; the own block is finalized once. Every step
+    // depends on one other but the reduce-scatter receives and first sends, which are
+    // one a chunk of every block: `all` of them.
+    std::size_t all = 0;
+    for (std::size_t blk = 0; blk < part.parts; ++blk) all += chunks_of(blk).chunks();
+    const std::size_t own_chunks = chunks_of(x.block(0)).chunks();
+    const std::size_t steps = 4 * all - own_chunks - chunks_of(x.block(-1)).chunks() - chunks_of(x.block(1)).chunks();
+    b.reserve(steps, steps - all);
+
+    // latest[c]: the newest step on chunk c of the block that moves next (its reduction
+    // in reduce-scatter, its finalize or receipt in allgather). rs_sent[s·max_chunks + c]:
+    // reduce-scatter step s's send of chunk c, which allgather step s's receive, writing
+    // the same block in place, waits for.
+    std::vector<schedule::step_id> latest(max_chunks), rs_sent(static_cast<std::size_t>(p - 1) * max_chunks);
     for (int s = 0; s < p - 1; ++s) {
       const auto sent = x.block(-1 - s), received = x.block(-2 - s);
+      schedule::step_id* sends = rs_sent.data() + static_cast<std::size_t>(s) * max_chunks;
       for (std::size_t c = 0; c < chunks_of(sent).chunks(); ++c)
-        rs_send[s].push_back(s == 0 ? b.send(x.right(), tag(s, c, max_chunks), at(buffer::input, sent, c))
-                                    : b.send(x.right(), tag(s, c, max_chunks), at(buffer::output, sent, c),
-                                             {rs_reduce[s - 1][c]}));
+        sends[c] = s == 0 ? b.send(x.right(), tag(s, c, max_chunks), at(buffer::input, sent, c))
+                          : b.send(x.right(), tag(s, c, max_chunks), at(buffer::output, sent, c), {latest[c]});
       for (std::size_t c = 0; c < chunks_of(received).chunks(); ++c)
-        rs_reduce[s].push_back(b.recv_reduce(x.left(), tag(s, c, max_chunks), at(buffer::input, received, c),
-                                             at(buffer::output, received, c)));
+        latest[c] = b.recv_reduce(x.left(), tag(s, c, max_chunks), at(buffer::input, received, c),
+                                  at(buffer::output, received, c));
     }
     const auto own = x.block(0);
-    ids finalized;
-    for (std::size_t c = 0; c < chunks_of(own).chunks(); ++c)
-      finalized.push_back(b.finalize(at(buffer::output, own, c), {rs_reduce[p - 2][c]}));
+    for (std::size_t c = 0; c < own_chunks; ++c) latest[c] = b.finalize(at(buffer::output, own, c), {latest[c]});
     for (int s = 0; s < p - 1; ++s) {
       const auto sent = x.block(-s), received = x.block(-1 - s);
       const int step = p - 1 + s;
+      const schedule::step_id* rs_sends = rs_sent.data() + static_cast<std::size_t>(s) * max_chunks;
       for (std::size_t c = 0; c < chunks_of(sent).chunks(); ++c)
-        ag_send[s].push_back(b.send(x.right(), tag(step, c, max_chunks), at(buffer::output, sent, c),
-                                    {s == 0 ? finalized[c] : ag_recv[s - 1][c]}));
+        b.send(x.right(), tag(step, c, max_chunks), at(buffer::output, sent, c), {latest[c]});
       // In place, this block may still be leaving in reduce-scatter step s.
       for (std::size_t c = 0; c < chunks_of(received).chunks(); ++c)
-        ag_recv[s].push_back(
-            b.recv(x.left(), tag(step, c, max_chunks), at(buffer::output, received, c), {rs_send[s][c]}));
+        latest[c] = b.recv(x.left(), tag(step, c, max_chunks), at(buffer::output, received, c), {rs_sends[c]});
     }
   }
 
@@ -132,6 +144,7 @@ class ring {
     const int p = x.size();
     const std::size_t n = x.desc.count;
     if (p == 1) {
+      b.reserve(2, 1);
       const auto c = b.copy(whole(buffer::input, x.desc.input_bytes()), whole(buffer::output, x.desc.output_bytes()));
       b.finalize(whole(buffer::output, x.desc.output_bytes()), {c});
       return;
@@ -142,20 +155,28 @@ class ring {
     };
     const auto input_block = [&](std::size_t blk) { return detail::elements(buffer::input, blk * n, n, x.es()); };
     std::vector<schedule::region> slot;
+    slot.reserve(static_cast<std::size_t>(p - 2));
     for (int s = 0; s < p - 2; ++s) slot.push_back(b.scratch(n * x.es()));
     const schedule::region out = whole(buffer::output, n * x.es());
 
-    std::vector<ids> send(p - 1), reduce(p - 1);
+    // p-1 steps of a send and a receive a chunk, then a finalize a chunk; each send
+    // after the first step waits for the previous step's reduction, each finalize for
+    // the last one.
+    const std::size_t steps = (2 * static_cast<std::size_t>(p - 1) + 1) * ch.chunks();
+    b.reserve(steps, static_cast<std::size_t>(p - 1) * ch.chunks());
+    std::vector<schedule::step_id> reduced(ch.chunks());  // chunk c's newest reduction
     for (int s = 0; s < p - 1; ++s) {
       const auto sent = x.block(-1 - s), received = x.block(-2 - s);
       for (std::size_t c = 0; c < ch.chunks(); ++c) {
-        send[s].push_back(s == 0 ? b.send(x.right(), tag(s, c, ch.chunks()), chunk(input_block(sent), c))
-                                 : b.send(x.right(), tag(s, c, ch.chunks()), chunk(slot[s - 1], c), {reduce[s - 1][c]}));
-        reduce[s].push_back(b.recv_reduce(x.left(), tag(s, c, ch.chunks()), chunk(input_block(received), c),
-                                          chunk(s == p - 2 ? out : slot[s], c)));
+        if (s == 0)
+          b.send(x.right(), tag(s, c, ch.chunks()), chunk(input_block(sent), c));
+        else
+          b.send(x.right(), tag(s, c, ch.chunks()), chunk(slot[s - 1], c), {reduced[c]});
+        reduced[c] = b.recv_reduce(x.left(), tag(s, c, ch.chunks()), chunk(input_block(received), c),
+                                   chunk(s == p - 2 ? out : slot[s], c));
       }
     }
-    for (std::size_t c = 0; c < ch.chunks(); ++c) b.finalize(chunk(out, c), {reduce[p - 2][c]});
+    for (std::size_t c = 0; c < ch.chunks(); ++c) b.finalize(chunk(out, c), {reduced[c]});
   }
 
   /// Allreduce's second half; the own block is copied in after it has left, so that an
@@ -166,6 +187,7 @@ class ring {
     const auto own = static_cast<std::size_t>(x.topo.rank_at(x.position));
     const auto output_block = [&](std::size_t blk) { return detail::elements(buffer::output, blk * n, n, x.es()); };
     if (p == 1) {
+      b.reserve(1, 0);
       b.copy(whole(buffer::input, n * x.es()), output_block(own));
       return;
     }
@@ -173,16 +195,21 @@ class ring {
     const auto chunk = [&](schedule::region block, std::size_t c) {
       return schedule::region{block.where, block.offset + ch.start(c) * x.es(), ch.length(c) * x.es()};
     };
-    std::vector<ids> send(p - 1), recv(p - 1);
+    // p-1 steps of a send and a receive a chunk, then the copy; each send after the
+    // first step waits for the previous step's receive, the copy for the first sends.
+    b.reserve(2 * static_cast<std::size_t>(p - 1) * ch.chunks() + 1, static_cast<std::size_t>(p - 1) * ch.chunks());
+    std::vector<schedule::step_id> first_sends(ch.chunks()), received_last(ch.chunks());
     for (int s = 0; s < p - 1; ++s) {
       const auto sent = x.block(-s), received = x.block(-1 - s);
       for (std::size_t c = 0; c < ch.chunks(); ++c) {
-        send[s].push_back(s == 0 ? b.send(x.right(), tag(s, c, ch.chunks()), chunk(whole(buffer::input, n * x.es()), c))
-                                 : b.send(x.right(), tag(s, c, ch.chunks()), chunk(output_block(sent), c), {recv[s - 1][c]}));
-        recv[s].push_back(b.recv(x.left(), tag(s, c, ch.chunks()), chunk(output_block(received), c)));
+        if (s == 0)
+          first_sends[c] = b.send(x.right(), tag(s, c, ch.chunks()), chunk(whole(buffer::input, n * x.es()), c));
+        else
+          b.send(x.right(), tag(s, c, ch.chunks()), chunk(output_block(sent), c), {received_last[c]});
+        received_last[c] = b.recv(x.left(), tag(s, c, ch.chunks()), chunk(output_block(received), c));
       }
     }
-    b.add(schedule::step_kind::copy, -1, 0, whole(buffer::input, n * x.es()), output_block(own), send[0]);
+    b.add(schedule::step_kind::copy, -1, 0, whole(buffer::input, n * x.es()), output_block(own), first_sends);
   }
 
   /// A pipelined chain from the root around the ring: each chunk is forwarded as soon
@@ -194,15 +221,19 @@ class ring {
     const detail::chunking ch{n, x.chunk_elems};
     const auto chunk = [&](buffer where, std::size_t c) { return detail::elements(where, ch.start(c), ch.length(c), x.es()); };
     if (from_root == 0) {
-      ids sent;
-      for (std::size_t c = 0; p > 1 && c < ch.chunks(); ++c)
-        sent.push_back(b.send(x.right(), static_cast<std::uint32_t>(c), chunk(buffer::input, c)));
+      const std::size_t sends = p > 1 ? ch.chunks() : 0;
+      b.reserve(sends + 1, sends);  // the sends, then the copy after them
+      std::vector<schedule::step_id> sent(sends);
+      for (std::size_t c = 0; c < sends; ++c)
+        sent[c] = b.send(x.right(), static_cast<std::uint32_t>(c), chunk(buffer::input, c));
       b.add(schedule::step_kind::copy, -1, 0, whole(buffer::input, n * x.es()), whole(buffer::output, n * x.es()), sent);
       return;
     }
+    const bool forwards = from_root < p - 1;
+    b.reserve(ch.chunks() * (forwards ? 2 : 1), forwards ? ch.chunks() : 0);  // receive, then forward after it
     for (std::size_t c = 0; c < ch.chunks(); ++c) {
       const auto got = b.recv(x.left(), static_cast<std::uint32_t>(c), chunk(buffer::output, c));
-      if (from_root < p - 1) b.send(x.right(), static_cast<std::uint32_t>(c), chunk(buffer::output, c), {got});
+      if (forwards) b.send(x.right(), static_cast<std::uint32_t>(c), chunk(buffer::output, c), {got});
     }
   }
 

@@ -75,6 +75,25 @@ TEST(ring, allreduce_sends_each_rank_two_p_minus_one_blocks) {
   EXPECT_EQ(recvs, 2 * (p - 1));
 }
 
+// The generator reserves exactly the steps and dependencies it adds (builder::reserve),
+// so no array grows by doubling: a larger reservation would show as spare capacity, a
+// smaller one as a doubled array (reserve allocates exactly what it is asked for in
+// libstdc++ and libc++).
+TEST(ring, reserves_exactly_what_it_builds) {
+  for (collective kind :
+       {collective::allreduce, collective::reduce_scatter, collective::allgather, collective::broadcast})
+    for (int p : {1, 2, 3, 5, 8, 64})
+      for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000)})
+        for (int rank : {0, p / 2, p - 1}) {
+          // Three-element chunks: blocks of unequal chunk counts once n > p.
+          const auto s = algorithm::ring(algorithm::policy{12}).build({}, {kind, p, n, 4, p / 2}, rank);
+          const std::string where = std::string(to_string(kind)) + ", p " + std::to_string(p) + ", count " +
+                                    std::to_string(n) + ", rank " + std::to_string(rank);
+          EXPECT_EQ(s.steps.capacity(), s.steps.size()) << where;
+          EXPECT_EQ(s.dep_ids.capacity(), s.dep_ids.size()) << where;
+        }
+}
+
 // The verifier is not vacuous on real schedules: dropping the dependency that keeps an
 // in-place allgather receive from overwriting a block still being sent is caught.
 TEST(ring, the_verifier_catches_a_dropped_dependency) {
