@@ -34,6 +34,7 @@
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/registration_cache.hpp"
+#include "mimatrix/transport/fabric/shm_leftovers.hpp"
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
 #include "mimatrix/transport/progress.hpp"
@@ -451,6 +452,7 @@ class fabric_endpoint {
     av_attr.type = FI_AV_TABLE;
     av_attr.count = static_cast<std::size_t>(size_);
     check_fabric_call(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open", provider_, where);
+    if (provider_ == "shm") remove_stale_shm_regions();  // else a recycled pid fails in fi_enable
     check_fabric_call(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint", provider_, where);
     check_fabric_call(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", provider_, where);
     check_fabric_call(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)", provider_, where);
