@@ -128,7 +128,6 @@ class step_executor : public execution {
   const schedule::schedule& plan() const { return *plan_; }
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
   const signature& sig() const { return sig_; }
-  const reduce::host_kernels& kernels() const { return kernels_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   std::size_t flags_expected() const { return flags_expected_; }
   std::size_t flags_raised() const { return book_->flag_sources.size(); }
@@ -264,7 +263,7 @@ inline bool step_executor::start_ready() {
         complete(id);
     }
   }
-  if (book_) book_->ready.clear();
+  ready.clear();
   return true;
 }
 

@@ -35,7 +35,6 @@
 namespace mimatrix::transport::detail {
 
 class fabric_execution final : public step_executor, private fabric_call {
-  using clock = std::chrono::steady_clock;
   using kind = schedule::step_kind;
 
  public:
