@@ -298,21 +298,28 @@ class fabric_execution final : public step_executor, private fabric_call {
     polls_.pop_back();
     state_[id].polling = false;
     const schedule::step& st = step_at(id);
-    if (m->data != packed_ || m->bytes != st.dst.bytes) {
-      const std::string why = m->data != packed_
-                                  ? "rank " + std::to_string(peer) + " runs " +
-                                        to_string(wire::unpack(m->data, sig().sequence)) + " but this rank runs " +
-                                        to_string(sig())
-                                  : "rank " + std::to_string(peer) + " sent " + std::to_string(m->bytes) +
-                                        " bytes where " + std::to_string(st.dst.bytes) + " were expected (" +
-                                        to_string(sig()) + ")";
-      box.take(peer);
-      fail(errc::mismatch, describe(context(id), why));
+    if (m->data != packed_ || m->bytes != st.dst.bytes) [[unlikely]] {
+      reject(box, peer, id, *m);
       return true;
     }
     arrive(id, m->payload);  // the step is ready: read where it lies
     box.take(peer);
     return true;
+  }
+
+  /// A message of another call, or of another length, for receive `id`: the call fails.
+  /// Out of line: the polling loop stays small.
+  [[gnu::cold, gnu::noinline]] void reject(local_mailboxes& box, int peer, schedule::step_id id,
+                                           const local_mailboxes::message& m) {
+    const std::string why = m.data != packed_
+                                ? "rank " + std::to_string(peer) + " runs " +
+                                      to_string(wire::unpack(m.data, sig().sequence)) + " but this rank runs " +
+                                      to_string(sig())
+                                : "rank " + std::to_string(peer) + " sent " + std::to_string(m.bytes) +
+                                      " bytes where " + std::to_string(step_at(id).dst.bytes) + " were expected (" +
+                                      to_string(sig()) + ")";
+    box.take(peer);
+    fail(errc::mismatch, describe(context(id), why));
   }
 
   /// A call that makes no progress may wait on a message queued behind others in a full
