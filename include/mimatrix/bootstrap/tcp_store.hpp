@@ -22,314 +22,14 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "mimatrix/bootstrap/detail/counter.hpp"
 #include "mimatrix/bootstrap/detail/fd.hpp"
+#include "mimatrix/bootstrap/detail/tcp_protocol.hpp"
+#include "mimatrix/bootstrap/detail/tcp_server.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/options.hpp"
 
 namespace mimatrix::bootstrap {
-
-namespace detail {
-
-// The wire protocol. Every message is a frame: a 4-byte big-endian length, then that many
-// bytes of body.
-//   request: u8 op, u32 key length, key, then  set: value | get: u32 timeout ms | add: i64 delta
-//   reply:   u8 status, then  ok: value (get) or i64 (add) or nothing (set) | error: message
-// A get of an absent key waits in the server, which answers at once when some rank sets the
-// key, or `timeout` after the request with status timeout: the client never spins.
-// Both ends bound a frame by max_key_bytes and max_value_bytes (store.hpp): the server
-// answers a set or key over them with status error, and drops a connection whose length
-// prefix is over tcp_max_request; a client fails on a reply over tcp_max_reply before
-// allocating for it.
-enum class tcp_op : std::uint8_t { set = 1, get = 2, add = 3 };
-enum class tcp_status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
-
-inline constexpr std::size_t tcp_max_request = 1 + 4 + max_key_bytes + max_value_bytes;  // larger is garbage
-inline constexpr std::size_t tcp_max_reply = 1 + max_value_bytes;  // a value, a counter or an error message
-
-inline void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::byte>(v >> shift));
-}
-inline void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8) out.push_back(static_cast<std::byte>(v >> shift));
-}
-inline std::uint64_t get_uint(const std::byte* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
-  return v;
-}
-
-/// One frame: its length prefix, then `body`.
-inline std::vector<std::byte> make_frame(const std::vector<std::byte>& body) {
-  std::vector<std::byte> frame;
-  frame.reserve(4 + body.size());
-  put_u32(frame, static_cast<std::uint32_t>(body.size()));
-  frame.insert(frame.end(), body.begin(), body.end());
-  return frame;
-}
-
-inline std::vector<std::byte> reply_body(tcp_status status, const std::byte* data = nullptr, std::size_t n = 0) {
-  // resize + memcpy rather than insert: GCC 12 warns (-Warray-bounds) about the latter.
-  std::vector<std::byte> body(1 + n);
-  body[0] = static_cast<std::byte>(status);
-  if (n) std::memcpy(body.data() + 1, data, n);
-  return body;
-}
-
-/// The server of a tcp_store: a poll() loop on one thread over the listening socket, a
-/// wake-up pipe and every client connection. It owns the values; nothing else touches them.
-class tcp_server {
- public:
-  /// Binds `port` on every address (0: one the kernel picks) and starts serving.
-  explicit tcp_server(int port) {
-    listen_ = bind_any(port);
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                             : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0)
-      throw error(errc::transport, "rendezvous store on port " + std::to_string(port_) +
-                                       ": could not make a wake-up pipe: " + errno_text(errno));
-    wake_read_.reset(pipe_fds[0]);
-    wake_write_.reset(pipe_fds[1]);
-    thread_ = std::thread([this] { run(); });
-  }
-
-  tcp_server(const tcp_server&) = delete;
-  tcp_server& operator=(const tcp_server&) = delete;
-
-  ~tcp_server() {
-    const char stop = 1;
-    (void)!::write(wake_write_.get(), &stop, 1);
-    thread_.join();
-  }
-
-  int port() const noexcept { return port_; }
-
- private:
-  struct client {
-    unique_fd fd;
-    std::vector<std::byte> in;
-    std::vector<std::byte> out;
-    std::size_t out_sent = 0;  // of `out`: erasing sent bytes each time would copy a large value again and again
-    bool closed = false;
-  };
-  struct waiter {
-    std::uint64_t client;
-    std::string key;
-    std::chrono::steady_clock::time_point deadline;
-  };
-
-  static unique_fd bind_any(int port) {
-    const int one = 1, zero = 0;
-    auto fail = [&](int e) -> error {
-      std::string hint = e == EADDRINUSE ? " (another job or store is using it: choose another MASTER_PORT)" : "";
-      return error(errc::transport, "rank 0 could not serve the rendezvous store on port " + std::to_string(port) +
-                                        ": " + errno_text(e) + hint);
-    };
-    // Dual-stack IPv6 first, so that clients reach it by IPv4 or IPv6 addresses alike.
-    unique_fd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (fd) {
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_addr = in6addr_any;
-      a.sin6_port = htons(static_cast<std::uint16_t>(port));
-      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-        if (::listen(fd.get(), SOMAXCONN) != 0) throw fail(errno);
-        set_nonblocking(fd.get(), true);
-        return fd;
-      }
-      if (errno == EADDRINUSE || errno == EACCES) throw fail(errno);
-    }
-    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) throw fail(errno);
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw fail(errno);
-    if (::listen(fd.get(), SOMAXCONN) != 0) throw fail(errno);
-    set_nonblocking(fd.get(), true);
-    return fd;
-  }
-
-  void run() {
-    std::vector<pollfd> fds;
-    std::vector<std::uint64_t> ids;
-    for (;;) {
-      fds.clear();
-      ids.clear();
-      fds.push_back({wake_read_.get(), POLLIN, 0});
-      fds.push_back({listen_.get(), POLLIN, 0});
-      for (auto& [id, c] : clients_) {
-        fds.push_back({c.fd.get(), static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-        ids.push_back(id);
-      }
-      int wait_ms = -1;
-      if (!waiters_.empty()) {
-        auto first = std::min_element(waiters_.begin(), waiters_.end(),
-                                      [](const waiter& a, const waiter& b) { return a.deadline < b.deadline; });
-        const auto left = first->deadline - std::chrono::steady_clock::now();
-        wait_ms = static_cast<int>(std::clamp<std::int64_t>(  // a 49-day get must not wrap to "forever"
-            std::chrono::ceil<std::chrono::milliseconds>(left).count(), 0, 1 << 30));
-      }
-      if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) return;
-      if (fds[0].revents) return;  // the destructor asks us to stop
-      if (fds[1].revents & POLLIN) accept_all();
-      for (std::size_t i = 2; i < fds.size(); ++i) {
-        if (!fds[i].revents) continue;
-        auto it = clients_.find(ids[i - 2]);
-        if (it == clients_.end()) continue;
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) receive(it->first, it->second);
-        if (fds[i].revents & POLLOUT) flush(it->second);
-      }
-      expire_waiters();
-      for (auto it = clients_.begin(); it != clients_.end();) {
-        if (!it->second.closed) { ++it; continue; }
-        const std::uint64_t gone = it->first;
-        std::erase_if(waiters_, [&](const waiter& w) { return w.client == gone; });
-        it = clients_.erase(it);
-      }
-    }
-  }
-
-  void accept_all() {
-    for (;;) {
-      unique_fd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-      if (!fd) return;  // EAGAIN, or a connection that went away before we took it
-      const int one = 1;
-      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      clients_[next_id_++].fd = std::move(fd);
-    }
-  }
-
-  void receive(std::uint64_t id, client& c) {
-    std::byte buffer[64 * 1024];
-    for (;;) {
-      const ssize_t n = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
-      if (n > 0) { c.in.insert(c.in.end(), buffer, buffer + n); continue; }
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) c.closed = true;
-      break;
-    }
-    std::size_t at = 0;
-    while (!c.closed && c.in.size() - at >= 4) {
-      const auto length = static_cast<std::uint32_t>(get_uint(c.in.data() + at, 4));
-      if (length > tcp_max_request || length < 5) { c.closed = true; break; }  // not our protocol
-      if (c.in.size() - at - 4 < length) break;
-      handle(id, c, c.in.data() + at + 4, length);
-      at += 4 + length;
-    }
-    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(at));
-  }
-
-  void handle(std::uint64_t id, client& c, const std::byte* body, std::uint32_t length) {
-    const auto op = static_cast<tcp_op>(body[0]);
-    const auto key_length = get_uint(body + 1, 4);
-    if (key_length > length - 5) { c.closed = true; return; }
-    if (key_length > max_key_bytes)
-      return refuse(c, "a key of " + std::to_string(key_length) + " bytes is over the " +
-                           std::to_string(max_key_bytes) + " bytes a key may take");
-    std::string key(reinterpret_cast<const char*>(body + 5), key_length);
-    const std::byte* rest = body + 5 + key_length;
-    const std::size_t rest_length = length - 5 - key_length;
-    switch (op) {
-      case tcp_op::set:
-        if (rest_length > max_value_bytes)
-          return refuse(c, "the value of key '" + key + "' (" + std::to_string(rest_length) + " bytes) is over the " +
-                               std::to_string(max_value_bytes) + " bytes a value may take");
-        values_[key].assign(rest, rest + rest_length);
-        reply(c, reply_body(tcp_status::ok));
-        wake(key);
-        return;
-      case tcp_op::get: {
-        if (rest_length != 4) { c.closed = true; return; }
-        auto found = values_.find(key);
-        if (found != values_.end()) {
-          reply(c, reply_body(tcp_status::ok, found->second.data(), found->second.size()));
-          return;
-        }
-        const auto wait = std::chrono::milliseconds(get_uint(rest, 4));
-        waiters_.push_back({id, std::move(key), std::chrono::steady_clock::now() + wait});
-        return;
-      }
-      case tcp_op::add: {
-        if (rest_length != 8) { c.closed = true; return; }
-        auto& value = values_[key];
-        std::int64_t now = 0;
-        if (!parse_counter(value, now)) return refuse(c, "key '" + key + "' holds a value that is not a counter");
-        now = static_cast<std::int64_t>(static_cast<std::uint64_t>(now) + get_uint(rest, 8));
-        value = counter_bytes(now);
-        std::vector<std::byte> body_out{static_cast<std::byte>(tcp_status::ok)};
-        put_u64(body_out, static_cast<std::uint64_t>(now));
-        reply(c, body_out);
-        wake(key);
-        return;
-      }
-    }
-    c.closed = true;  // an unknown operation: not one of our clients
-  }
-
-  void refuse(client& c, const std::string& why) {
-    reply(c, reply_body(tcp_status::error, reinterpret_cast<const std::byte*>(why.data()), why.size()));
-  }
-
-  void wake(const std::string& key) {
-    const auto& value = values_[key];
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->key != key) { ++it; continue; }
-      auto c = clients_.find(it->client);
-      if (c != clients_.end()) reply(c->second, reply_body(tcp_status::ok, value.data(), value.size()));
-      it = waiters_.erase(it);
-    }
-  }
-
-  void expire_waiters() {
-    const auto now = std::chrono::steady_clock::now();
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->deadline > now) { ++it; continue; }
-      auto c = clients_.find(it->client);
-      if (c != clients_.end()) reply(c->second, reply_body(tcp_status::timeout));
-      it = waiters_.erase(it);
-    }
-  }
-
-  void reply(client& c, const std::vector<std::byte>& body) {
-    const auto frame = make_frame(body);
-    c.out.insert(c.out.end(), frame.begin(), frame.end());
-    flush(c);
-  }
-
-  void flush(client& c) {
-    while (c.out_sent < c.out.size()) {
-      const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL);
-      if (n > 0) { c.out_sent += static_cast<std::size_t>(n); continue; }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // POLLOUT resumes it
-      c.closed = true;
-      break;
-    }
-    c.out.clear();  // all sent (or the client is gone)
-    c.out_sent = 0;
-  }
-
-  unique_fd listen_, wake_read_, wake_write_;
-  int port_ = 0;
-  // Touched by the server thread alone once it runs.
-  std::map<std::uint64_t, client> clients_;
-  std::vector<waiter> waiters_;
-  std::map<std::string, std::vector<std::byte>> values_;
-  std::uint64_t next_id_ = 0;
-  std::thread thread_;  // last: starts after every member above exists
-};
-
-}  // namespace detail
 
 /// A store served over TCP by the rank constructed with `serve` (rank 0), reached by
 /// every rank through its own connection.
@@ -441,6 +141,7 @@ class tcp_store final : public store {
       const int one = 1;
       ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       fd_ = std::move(fd);
+      answered_ = false;
       return true;
     }
     return false;
@@ -459,16 +160,19 @@ class tcp_store final : public store {
     for (char ch : key) body.push_back(static_cast<std::byte>(ch));
     body.insert(body.end(), arg.begin(), arg.end());
     const auto frame = detail::make_frame(body);
-    std::size_t sent = 0;
-    while (sent < frame.size()) {
-      const ssize_t n = ::send(fd_.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("sending key '" + key + "' failed: " + detail::errno_text(errno));
-      sent += static_cast<std::size_t>(n);
-    }
     const auto deadline = deadline_after(wait);
     std::byte header[4];
-    receive(header, 4, deadline, key);
+    // The server closes a connection that stayed silent since it opened (tcp_server_limits::
+    // silent): if this is its first request, nothing of it was served; connect again, once.
+    if (!exchange(frame, header, deadline, key, !answered_)) {
+      fd_.reset();
+      std::string why;
+      if (!try_connect(deadline_after(timeout_), why))
+        fail("the server closed the connection before answering key '" + key + "', and connecting again failed: " +
+             why + " (has rank 0 exited?)");
+      exchange(frame, header, deadline, key, false);
+    }
+    answered_ = true;
     const auto length = static_cast<std::uint32_t>(detail::get_uint(header, 4));
     if (length < 1) fail("an empty reply for key '" + key + "'");
     if (length > detail::tcp_max_reply)  // before allocating: a forged length must not cost memory
@@ -485,7 +189,23 @@ class tcp_store final : public store {
     return {status, std::move(reply)};
   }
 
-  void receive(std::byte* out, std::size_t n, std::chrono::steady_clock::time_point deadline, const std::string& key) {
+  /// Sends `frame` and reads the reply's length prefix into `header`. False, when
+  /// `may_retry`, if the server had closed the connection before it.
+  bool exchange(const std::vector<std::byte>& frame, std::byte* header, std::chrono::steady_clock::time_point deadline,
+                const std::string& key, bool may_retry) {
+    std::size_t sent = 0;
+    while (sent < frame.size()) {
+      const ssize_t n = ::send(fd_.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0 && may_retry && (errno == EPIPE || errno == ECONNRESET)) return false;
+      if (n <= 0) fail("sending key '" + key + "' failed: " + detail::errno_text(errno));
+      sent += static_cast<std::size_t>(n);
+    }
+    return receive(header, 4, deadline, key, may_retry);
+  }
+
+  bool receive(std::byte* out, std::size_t n, std::chrono::steady_clock::time_point deadline, const std::string& key,
+               bool may_retry = false) {
     while (n) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       pollfd p{fd_.get(), POLLIN, 0};
@@ -498,11 +218,14 @@ class tcp_store final : public store {
       }
       const ssize_t k = ::recv(fd_.get(), out, n, 0);
       if (k < 0 && errno == EINTR) continue;
+      if (k <= 0 && may_retry && (k == 0 || errno == ECONNRESET)) return false;
       if (k == 0) fail("the server closed the connection while waiting for key '" + key + "' (has rank 0 exited?)");
       if (k < 0) fail("receiving key '" + key + "' failed: " + detail::errno_text(errno));
       out += k;
       n -= static_cast<std::size_t>(k);
+      may_retry = false;
     }
+    return true;
   }
 
   [[noreturn]] void fail(const std::string& what) {
@@ -516,6 +239,7 @@ class tcp_store final : public store {
   std::unique_ptr<detail::tcp_server> server_;  // before fd_: our connection closes first
   std::mutex mutex_;
   detail::unique_fd fd_;
+  bool answered_ = false;  // the server has answered a request on fd_
 };
 
 }  // namespace mimatrix::bootstrap
