@@ -166,6 +166,17 @@ inline std::vector<std::vector<std::byte>> all_gather(store& s, const std::strin
     try {
       all[static_cast<std::size_t>(r)] = s.get(prefix + "/" + std::to_string(r), left);
     } catch (const error& e) {
+      if (e.code() == errc::transport) {
+        // The store is gone: over tcp, rank 0 serves it and may have given up on the rank
+        // this one waits for. Name that rank, not only the lost connection.
+        std::string unseen;
+        for (int m = r; m < size; ++m)
+          if (m != rank) unseen += (unseen.empty() ? "" : ", ") + std::to_string(m);
+        throw error(errc::transport,
+                    describe({.rank = rank, .operation = "all_gather"},
+                             "'" + prefix + "' at " + s.where() + ": waiting for rank " + std::to_string(r) +
+                                 " to publish (not yet seen: rank(s) " + unseen + "), the store failed: " + e.what()));
+      }
       if (e.code() != errc::timeout) throw;
       std::string missing;
       for (int m = r; m < size; ++m) {

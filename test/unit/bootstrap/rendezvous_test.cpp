@@ -169,6 +169,31 @@ TEST(all_gather, a_missing_rank_is_named) {
   }
 }
 
+TEST(all_gather, a_store_lost_while_waiting_names_the_rank_awaited) {
+  // Rank 0 serves the store, waits for rank 1 in vain and exits: rank 2, waiting for rank 1
+  // too, names rank 1 rather than only the lost connection.
+  auto served = std::make_unique<tcp_store>("127.0.0.1", 0, true, 2s);
+  tcp_store client("127.0.0.1", served->port(), false, 2s);
+  std::thread rank0([&] {
+    try {
+      mimatrix::bootstrap::all_gather(*served, "job", 0, 3, bytes("x"), 200ms);
+    } catch (const mimatrix::error&) {
+    }
+    served.reset();
+  });
+  try {
+    mimatrix::bootstrap::all_gather(client, "job", 2, 3, bytes("z"), 5s);
+    FAIL() << "rank 1 never published";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::transport);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank 2, all_gather"), std::string::npos) << m;
+    EXPECT_NE(m.find("waiting for rank 1 to publish"), std::string::npos) << m;
+    EXPECT_NE(m.find("has rank 0 exited?"), std::string::npos) << m;
+  }
+  rank0.join();
+}
+
 TEST(barrier, four_ranks_leave_together_and_the_name_can_be_reused) {
   constexpr int size = 4, rounds = 3;
   std::atomic<int> entered{0};
