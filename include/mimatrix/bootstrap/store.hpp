@@ -42,6 +42,14 @@ class store {
   /// atomically across all ranks.
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
 
+  /// As add(), for tear-down and other waits that must not outlast `timeout` even when
+  /// the store's host is frozen: throws errc::timeout once it passes. A store whose add()
+  /// never waits on another process need not override it.
+  virtual std::int64_t add_within(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return add(key, delta);
+  }
+
   /// Where the store lives, for messages ("tcp://10.0.0.1:29500", "file:/tmp/job").
   virtual std::string where() const = 0;
 

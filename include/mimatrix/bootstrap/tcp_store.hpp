@@ -78,10 +78,14 @@ class tcp_store final : public store {
     return std::move(value);
   }
 
-  std::int64_t add(const std::string& key, std::int64_t delta) override {
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return add_within(key, delta, timeout_); }
+
+  /// A frozen server (rank 0 stopped) costs at most `timeout`; the connection is then
+  /// given up, as after any late reply.
+  std::int64_t add_within(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout) override {
     std::vector<std::byte> arg;
     detail::put_u64(arg, static_cast<std::uint64_t>(delta));
-    auto [status, value] = request(detail::tcp_op::add, key, arg, timeout_);
+    auto [status, value] = request(detail::tcp_op::add, key, arg, std::min(timeout, timeout_));
     if (value.size() != 8)
       throw error(errc::transport, "add to key '" + key + "' at " + where() + ": malformed reply");
     return static_cast<std::int64_t>(detail::get_uint(value.data(), 8));
@@ -161,6 +165,7 @@ class tcp_store final : public store {
     body.insert(body.end(), arg.begin(), arg.end());
     const auto frame = detail::make_frame(body);
     const auto deadline = deadline_after(wait);
+    waited_ = wait;
     std::byte header[4];
     // The server closes a connection that stayed silent since it opened (tcp_server_limits::
     // silent): if this is its first request, nothing of it was served; connect again, once.
@@ -214,7 +219,7 @@ class tcp_store final : public store {
       if (ready == 0) {
         fd_.reset();  // a late reply would be taken for the next request's
         throw error(errc::timeout, "the rendezvous store at " + where() + " did not answer for key '" + key +
-                                       "' within " + std::to_string(timeout_.count()) + " ms of its deadline");
+                                       "' within " + std::to_string(waited_.count()) + " ms");
       }
       const ssize_t k = ::recv(fd_.get(), out, n, 0);
       if (k < 0 && errno == EINTR) continue;
@@ -240,6 +245,7 @@ class tcp_store final : public store {
   std::mutex mutex_;
   detail::unique_fd fd_;
   bool answered_ = false;  // the server has answered a request on fd_
+  std::chrono::milliseconds waited_{0};  // how long the request in flight may wait, for its message
 };
 
 }  // namespace mimatrix::bootstrap

@@ -194,6 +194,30 @@ TEST(tcp_store, a_client_sees_the_server_go) {
   }
 }
 
+TEST(tcp_store, add_within_gives_up_on_a_frozen_server_in_time) {
+  // A stopped rank 0's server: connections complete in the kernel, nothing answers.
+  const int frozen = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(frozen, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(frozen, 4), 0);
+  ::getsockname(frozen, reinterpret_cast<sockaddr*>(&a), &len);
+  tcp_store s("127.0.0.1", ntohs(a.sin_port), false, 10s);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    s.add_within("goodbye", 1, 300ms);
+    FAIL() << "a frozen server answered";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::timeout);
+    EXPECT_NE(std::string(e.what()).find("did not answer for key 'goodbye' within 300 ms"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "waited on the store's own 10 s timeout";
+  ::close(frozen);
+}
+
 TEST(tcp_store, the_server_stops_with_waiting_clients) {
   // A get blocked in the server must not keep the destructor from returning.
   auto server = std::make_unique<tcp_store>("127.0.0.1", 0, true, 1s);
