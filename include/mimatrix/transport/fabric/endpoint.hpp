@@ -40,10 +40,10 @@
 #include "mimatrix/transport/progress.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// What an endpoint is built with (see transport::fabric_options for the public form).
-struct fabric_settings {
+struct settings {
   std::string provider;  // empty: libfabric's first choice
   std::chrono::milliseconds startup_timeout{60000};
   bool register_always = false;
@@ -52,38 +52,38 @@ struct fabric_settings {
   int mailbox = -1;  // small messages between local ranks through shared memory: 1, 0, -1 for shm only
   int bulk = -1;     // chunks between local ranks through shared memory: 1, 0, -1 for shm only
   std::size_t bulk_slots = 4;  // a bulk ring's slots, each of chunk_bytes
-  std::size_t chunk_bytes = 0;  // 0: by provider (fabric_endpoint::chunk_for_provider)
+  std::size_t chunk_bytes = 0;  // 0: by provider (endpoint::chunk_for_provider)
 };
 
-class fabric_call;
+class call;
 
 /// A posted libfabric operation. `ctx` comes first: the completion's op_context is the
 /// address of this object. A call that fails orphans its requests (owner = nullptr), and
 /// the endpoint reclaims each one when the provider finally completes or cancels it.
-struct fabric_request {
+struct posted_op {
   enum class purpose : std::uint8_t { data, control_send, control_recv };
 
   fi_context2 ctx{};
-  fabric_call* owner = nullptr;
+  call* owner = nullptr;
   std::uint32_t step = 0;
   purpose what = purpose::data;
   std::vector<std::byte> payload;  // control messages only
 };
 
 /// The part of a call the endpoint talks to.
-class fabric_call {
+class call {
  public:
-  virtual void on_complete(fabric_request& r, const fi_cq_tagged_entry& e) = 0;
-  virtual void on_error(fabric_request& r, const fi_cq_err_entry& e) = 0;
+  virtual void on_complete(posted_op& r, const fi_cq_tagged_entry& e) = 0;
+  virtual void on_error(posted_op& r, const fi_cq_err_entry& e) = 0;
   /// Drives the call until it ends (done or failed).
   virtual void finish() = 0;
 
  protected:
-  ~fabric_call() = default;
+  ~call() = default;
 };
 
 /// A block of host memory that grows to the largest size asked of it and is then reused.
-struct fabric_arena {
+struct arena {
   struct free_aligned {
     void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };
@@ -103,32 +103,32 @@ struct fabric_arena {
 };
 
 /// Where one step of a call stands.
-struct fabric_step_state {
-  fabric_request* request = nullptr;  // posted and not yet completed
-  std::size_t slot = 0;               // recv_reduce: its staging slot, once it has one
-  local_mailboxes* box = nullptr;     // the shared-memory mailbox it moves through (null: the provider)
-  bool polling = false;               // a mailbox receive looked for in every round
+struct step_state {
+  posted_op* request = nullptr;    // posted and not yet completed
+  std::size_t slot = 0;            // recv_reduce: its staging slot, once it has one
+  local_mailboxes* box = nullptr;  // the shared-memory mailbox it moves through (null: the provider)
+  bool polling = false;            // a mailbox receive looked for in every round
 };
 
 /// A call's memory (scratch, staging) and the fabric part of its bookkeeping, kept by the
 /// endpoint across calls so that the steady state allocates nothing.
-struct fabric_workspace {
-  fabric_arena scratch, staging;
-  std::vector<fabric_step_state> state;    // per step
-  std::vector<std::uint32_t> reduces;      // the recv_reduce steps, in schedule order
+struct workspace {
+  arena scratch, staging;
+  std::vector<step_state> state;       // per step
+  std::vector<std::uint32_t> reduces;  // the recv_reduce steps, in schedule order
   std::vector<std::size_t> free_slots;
-  std::vector<std::uint32_t> polls;        // mailbox receives whose dependencies are done
-  std::vector<std::uint32_t> looked;       // mailbox reads: per peer and mailbox, the last poll round
+  std::vector<std::uint32_t> polls;    // mailbox receives whose dependencies are done
+  std::vector<std::uint32_t> looked;   // mailbox reads: per peer and mailbox, the last poll round
 };
 
-struct fabric_failure {
+struct failure {
   errc code;
   std::string message;
 };
 
 /// How a rank waits on the provider: spins while a peer is likely microseconds away,
 /// then gives the core away (ranks often outnumber cores in tests).
-class fabric_port final : public progress_port {
+class port final : public progress_port {
  public:
   void pause(std::uint64_t, int idle_rounds) override {
     if (idle_rounds <= 256) return;
@@ -139,12 +139,12 @@ class fabric_port final : public progress_port {
   }
 };
 
-class fabric_endpoint {
+class endpoint {
   using clock = std::chrono::steady_clock;
 
  public:
-  fabric_endpoint(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store, fabric_settings settings)
-      : rank_(id.rank), size_(id.size), store_(std::move(store)), settings_(std::move(settings)) {
+  endpoint(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store, settings with)
+      : rank_(id.rank), size_(id.size), store_(std::move(store)), settings_(std::move(with)) {
     if (size_ > wire::max_ranks)
       throw error(errc::invalid_argument, "transport::fabric: " + std::to_string(size_) + " ranks exceed the " +
                                               std::to_string(wire::max_ranks) + " a tag can name");
@@ -165,10 +165,10 @@ class fabric_endpoint {
       throw;
     }
   }
-  fabric_endpoint(const fabric_endpoint&) = delete;
-  fabric_endpoint& operator=(const fabric_endpoint&) = delete;
+  endpoint(const endpoint&) = delete;
+  endpoint& operator=(const endpoint&) = delete;
 
-  ~fabric_endpoint() {
+  ~endpoint() {
     engine_.set_mode(progress_mode::caller);
     say_goodbye();
     close();
@@ -199,7 +199,7 @@ class fabric_endpoint {
   local_mailboxes* mailboxes() { return mailboxes_.get(); }
   local_mailboxes* bulk_mailboxes() { return bulk_.get(); }
 
-  /// The chunk the collectives cut large messages into (fabric_settings::chunk_bytes).
+  /// The chunk the collectives cut large messages into (settings::chunk_bytes).
   std::size_t chunk_bytes() const { return chunk_bytes_; }
 
   /// The chunk that suits a provider, measured with allreduce_perf at 8-64 MiB
@@ -226,13 +226,13 @@ class fabric_endpoint {
 
   /// Starts a one-sided call: the previous one must end first (its half of the window is
   /// the one the next call uses). Returns the half this call uses.
-  std::size_t begin_one_sided(fabric_call* call) {
+  std::size_t begin_one_sided(call* owner) {
     while (one_sided_current_) one_sided_current_->finish();
-    one_sided_current_ = call;
+    one_sided_current_ = owner;
     return one_sided_calls_++ & 1;
   }
-  void end_one_sided(const fabric_call* call) {
-    if (one_sided_current_ == call) one_sided_current_ = nullptr;
+  void end_one_sided(const call* owner) {
+    if (one_sided_current_ == owner) one_sided_current_ = nullptr;
   }
 
   /// Hands every arrived flag of call `sequence` (mod 2^15) to `take`; drops flags of
@@ -252,10 +252,10 @@ class fabric_endpoint {
 
   // ---- requests ------------------------------------------------------------------
 
-  fabric_request* acquire(fabric_call* owner, std::uint32_t step) {
-    fabric_request* r;
+  posted_op* acquire(call* owner, std::uint32_t step) {
+    posted_op* r;
     if (free_.empty()) {
-      all_.push_back(std::make_unique<fabric_request>());
+      all_.push_back(std::make_unique<posted_op>());
       r = all_.back().get();
     } else {
       r = free_.back();
@@ -264,15 +264,15 @@ class fabric_endpoint {
     r->ctx = {};
     r->owner = owner;
     r->step = step;
-    r->what = fabric_request::purpose::data;
+    r->what = posted_op::purpose::data;
     return r;
   }
-  void release(fabric_request* r) {
+  void release(posted_op* r) {
     r->owner = nullptr;
     free_.push_back(r);
   }
   /// A failed call's request still known to the provider: reclaimed on its completion.
-  void orphan(fabric_request* r) {
+  void orphan(posted_op* r) {
     r->owner = nullptr;
     ++orphans_;
   }
@@ -280,9 +280,9 @@ class fabric_endpoint {
 
   // ---- workspaces ----------------------------------------------------------------
 
-  std::unique_ptr<fabric_workspace> take_workspace() {
+  std::unique_ptr<workspace> take_workspace() {
     ++calls_in_flight_;
-    if (workspaces_.empty()) return std::make_unique<fabric_workspace>();
+    if (workspaces_.empty()) return std::make_unique<workspace>();
     auto w = std::move(workspaces_.back());
     workspaces_.pop_back();
     w->reduces.clear();
@@ -290,7 +290,7 @@ class fabric_endpoint {
     w->polls.clear();
     return w;
   }
-  void give_workspace(std::unique_ptr<fabric_workspace> w) {
+  void give_workspace(std::unique_ptr<workspace> w) {
     if (!w) return;
     workspaces_.push_back(std::move(w));
     // Registrations set aside while calls were in flight can go now.
@@ -308,7 +308,7 @@ class fabric_endpoint {
   }
   /// The workspace of a failed call whose orphans may still write its memory: kept until
   /// the endpoint closes, never reused.
-  void retire_workspace(std::unique_ptr<fabric_workspace> w) {
+  void retire_workspace(std::unique_ptr<workspace> w) {
     if (!w) return;
     retired_.push_back(std::move(w));
     --calls_in_flight_;
@@ -345,7 +345,7 @@ class fabric_endpoint {
   // ---- failures and liveness -----------------------------------------------------
 
   /// The failure another rank (or this one) announced for call `sequence`, if any.
-  const fabric_failure* failure(std::uint64_t sequence) const {
+  const fabric::failure* failure(std::uint64_t sequence) const {
     if (failures_.empty()) return nullptr;  // the common case, checked every round
     auto it = failures_.find(sequence);
     return it == failures_.end() ? nullptr : &it->second;
@@ -354,7 +354,7 @@ class fabric_endpoint {
 
   /// Records the failure of call `sequence` and tells every other rank.
   void announce_failure(std::uint64_t sequence, errc code, const std::string& message) {
-    failures_.emplace(sequence, fabric_failure{code, message});
+    failures_.emplace(sequence, fabric::failure{code, message});
     const auto now = clock::now();
     for (int peer = 0; peer < size_; ++peer)
       if (peer != rank_) send_abort(peer, sequence, code, message, now + control_patience);
@@ -530,8 +530,8 @@ class fabric_endpoint {
 
   // ---- control messages ----------------------------------------------------------
 
-  void post_control_receive(fabric_request* r) {
-    r->what = fabric_request::purpose::control_recv;
+  void post_control_receive(posted_op* r) {
+    r->what = posted_op::purpose::control_recv;
     r->payload.resize(wire::control_message::capacity);
     ssize_t ret;
     while ((ret = fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC,
@@ -545,8 +545,8 @@ class fabric_endpoint {
   /// which can take longer than a caller should spin). A dead peer's message is dropped
   /// at `until`.
   void send_control(int peer, const wire::control_message& m, clock::time_point until) {
-    fabric_request* r = acquire(nullptr, 0);
-    r->what = fabric_request::purpose::control_send;
+    posted_op* r = acquire(nullptr, 0);
+    r->what = posted_op::purpose::control_send;
     r->payload.resize(wire::control_message::capacity);
     const std::size_t len = m.encode(r->payload.data());
     const ssize_t ret = post_control(r, peer, len);
@@ -556,7 +556,7 @@ class fabric_endpoint {
       release(r);  // the peer is unreachable; a liveness probe will say so
   }
 
-  ssize_t post_control(fabric_request* r, int peer, std::size_t len) {
+  ssize_t post_control(posted_op* r, int peer, std::size_t len) {
     return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
                     &r->ctx);
   }
@@ -593,7 +593,7 @@ class fabric_endpoint {
   void on_control(const wire::control_message& m) {
     switch (m.type) {
       case wire::control_type::abort:
-        if (failures_.emplace(m.value, fabric_failure{m.code, m.text}).second) relay(m);
+        if (failures_.emplace(m.value, fabric::failure{m.code, m.text}).second) relay(m);
         break;
       case wire::control_type::ping:
         if (m.source >= 0 && m.source < size_)
@@ -614,18 +614,18 @@ class fabric_endpoint {
       if (e.flags & FI_REMOTE_CQ_DATA) flags_.push_back(e.data);
       return;
     }
-    auto* r = static_cast<fabric_request*>(e.op_context);
+    auto* r = static_cast<posted_op*>(e.op_context);
     switch (r->what) {
-      case fabric_request::purpose::data:
+      case posted_op::purpose::data:
         if (r->owner)
           r->owner->on_complete(*r, e);
         else
           reclaim(r);
         break;
-      case fabric_request::purpose::control_send:
+      case posted_op::purpose::control_send:
         release(r);
         break;
-      case fabric_request::purpose::control_recv: {
+      case posted_op::purpose::control_recv: {
         wire::control_message m;
         const bool ok = m.decode(r->payload.data(), e.len);
         if (closing_) return release(r);
@@ -637,19 +637,19 @@ class fabric_endpoint {
   }
 
   void dispatch_error(const fi_cq_err_entry& e) {
-    auto* r = static_cast<fabric_request*>(e.op_context);
+    auto* r = static_cast<posted_op*>(e.op_context);
     if (!r) return;
     switch (r->what) {
-      case fabric_request::purpose::data:
+      case posted_op::purpose::data:
         if (r->owner)
           r->owner->on_error(*r, e);
         else
           reclaim(r);
         break;
-      case fabric_request::purpose::control_send:
+      case posted_op::purpose::control_send:
         release(r);  // the peer is gone; a liveness probe will say so
         break;
-      case fabric_request::purpose::control_recv:
+      case posted_op::purpose::control_recv:
         if (closing_ || e.err == FI_ECANCELED)
           release(r);
         else
@@ -658,7 +658,7 @@ class fabric_endpoint {
     }
   }
 
-  void reclaim(fabric_request* r) {
+  void reclaim(posted_op* r) {
     if (orphans_) --orphans_;
     release(r);
   }
@@ -707,7 +707,7 @@ class fabric_endpoint {
 
   int rank_, size_;
   std::shared_ptr<bootstrap::store> store_;
-  fabric_settings settings_;
+  settings settings_;
   std::string provider_, prefix_;
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
@@ -721,22 +721,22 @@ class fabric_endpoint {
   std::size_t chunk_bytes_ = 0;
   std::vector<window_announcement> peer_windows_;
   std::size_t window_half_bytes_ = 0;
-  fabric_call* one_sided_current_ = nullptr;
+  call* one_sided_current_ = nullptr;
   std::size_t one_sided_calls_ = 0;
   std::vector<std::uint64_t> flags_;  // remote CQ data of writes not yet taken by their call
   bool carries_signature_ = true;
   std::size_t inject_bytes_ = 0;
   bool closing_ = false;
   std::vector<fi_addr_t> peers_;
-  std::vector<std::unique_ptr<fabric_request>> all_;
-  std::vector<fabric_request*> free_;
+  std::vector<std::unique_ptr<posted_op>> all_;
+  std::vector<posted_op*> free_;
   std::size_t orphans_ = 0;
   std::size_t calls_in_flight_ = 0;  // workspaces taken and not yet given back
-  std::vector<std::unique_ptr<fabric_workspace>> workspaces_, retired_;
+  std::vector<std::unique_ptr<workspace>> workspaces_, retired_;
   std::vector<std::unique_ptr<step_bookkeeping>> books_;
-  std::map<std::uint64_t, fabric_failure> failures_;
+  std::map<std::uint64_t, fabric::failure> failures_;
   struct queued_control {
-    fabric_request* request;
+    posted_op* request;
     int peer;
     std::size_t bytes;
     clock::time_point until;
@@ -744,7 +744,7 @@ class fabric_endpoint {
   std::vector<queued_control> backlog_;  // control messages the provider pushed back
   std::vector<std::uint64_t> pongs_;
   std::uint64_t nonce_ = 0;
-  progress_engine engine_{std::make_unique<fabric_port>()};
+  progress_engine engine_{std::make_unique<port>()};
 };
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

@@ -32,15 +32,15 @@
 #include "mimatrix/transport/fabric/wire.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
-class fabric_execution final : public step_executor, private fabric_call {
+class execution final : public step_executor, private call {
   using kind = schedule::step_kind;
 
  public:
-  fabric_execution(std::shared_ptr<fabric_endpoint> endpoint, std::shared_ptr<const schedule::schedule> plan,
-                   const std::byte* input, std::byte* output, const signature& sig,
-                   const reduce::host_kernels& kernels, std::chrono::milliseconds timeout)
+  execution(std::shared_ptr<endpoint> endpoint, std::shared_ptr<const schedule::schedule> plan, const std::byte* input,
+            std::byte* output, const signature& sig, const reduce::host_kernels& kernels,
+            std::chrono::milliseconds timeout)
       : step_executor(endpoint->engine(), std::move(plan), sig, kernels, timeout, endpoint->take_bookkeeping()),
         ep_(std::move(endpoint)),
         packed_(wire::pack(sig)),
@@ -49,7 +49,7 @@ class fabric_execution final : public step_executor, private fabric_call {
     mem_ = {input, output, nullptr};
     const auto& steps = this->plan().steps;
     const std::size_t n = steps.size();
-    state_.assign(n, fabric_step_state{});
+    state_.assign(n, step_state{});
     looked_.assign(2 * std::size_t(this->plan().desc.size), 0);
     std::size_t slot_bytes = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -97,7 +97,7 @@ class fabric_execution final : public step_executor, private fabric_call {
     start();
   }
 
-  ~fabric_execution() override {
+  ~execution() override {
     leave();
     ep_->give_bookkeeping(release_bookkeeping());
   }
@@ -140,7 +140,7 @@ class fabric_execution final : public step_executor, private fabric_call {
     if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes()) return inject(id);
     if (st.kind == kind::recv && posted_receives_ >= max_posted_receives)
       return posted::deferred;  // held back by us: the provider's receive queue stays open to recv_reduce
-    fabric_request* r = ep_->acquire(this, id);
+    posted_op* r = ep_->acquire(this, id);
     const std::uint64_t tag = wire::data_tag(st.kind == kind::send ? plan().rank : st.peer, sig().sequence, st.tag);
     if (st.kind == kind::send) {
       const std::byte* data = mem_.read(st.src);
@@ -158,7 +158,7 @@ class fabric_execution final : public step_executor, private fabric_call {
   }
 
   /// What a libfabric post's return means for the step.
-  posted posted_as(schedule::step_id id, fabric_request* r, const char* call, ssize_t ret) {
+  posted posted_as(schedule::step_id id, posted_op* r, const char* call, ssize_t ret) {
     if (ret == -FI_EAGAIN) {
       ep_->release(r);
       return posted::deferred;
@@ -362,7 +362,7 @@ class fabric_execution final : public step_executor, private fabric_call {
     const std::size_t bytes = st.kind == kind::write ? st.src.bytes : 0;
     const std::size_t offset = st.kind == kind::write ? (st.dst.where == schedule::buffer::scratch ? scratch_offset() : 0) + st.dst.offset : 0;
     const std::byte* src = bytes ? mem_.read(st.src) : nullptr;
-    fabric_request* r = ep_->acquire(this, id);
+    posted_op* r = ep_->acquire(this, id);
     const window_announcement& target = ep_->peer_window(st.peer);
     const ssize_t ret = fi_writedata(ep_->ep(), src, bytes,
                                      bytes ? ep_->registrations().descriptor(src, bytes) : nullptr,
@@ -406,7 +406,7 @@ class fabric_execution final : public step_executor, private fabric_call {
 
   // ---- completions (called from the endpoint's progress) ------------------------------
 
-  void on_complete(fabric_request& r, const fi_cq_tagged_entry& e) override {
+  void on_complete(posted_op& r, const fi_cq_tagged_entry& e) override {
     const schedule::step_id id = r.step;
     state_[id].request = nullptr;
     --in_flight_;
@@ -427,7 +427,7 @@ class fabric_execution final : public step_executor, private fabric_call {
     arrive(id, staged(id));
   }
 
-  void on_error(fabric_request& r, const fi_cq_err_entry& e) override {
+  void on_error(posted_op& r, const fi_cq_err_entry& e) override {
     const schedule::step_id id = r.step;
     state_[id].request = nullptr;
     --in_flight_;
@@ -492,16 +492,16 @@ class fabric_execution final : public step_executor, private fabric_call {
       ep_->give_workspace(std::move(ws_));
   }
 
-  std::shared_ptr<fabric_endpoint> ep_;
+  std::shared_ptr<endpoint> ep_;
   std::uint64_t packed_;
-  std::unique_ptr<fabric_workspace> ws_;
+  std::unique_ptr<workspace> ws_;
   std::byte* user_output_;
   bool one_sided_ = false;    // runs writes and waits over the RMA window
   std::size_t half_ = 0;      // the window half this call uses
   std::uint32_t digest_ = 0;  // of the signature, as flags carry it
   std::byte* staging_ = nullptr;
   // The workspace's parts, by name (valid until give_back_memory()).
-  std::vector<fabric_step_state>& state_ = ws_->state;
+  std::vector<step_state>& state_ = ws_->state;
   std::vector<schedule::step_id>& reduces_ = ws_->reduces;  // the recv_reduce steps, in schedule order
   std::vector<std::size_t>& free_slots_ = ws_->free_slots;
   std::vector<schedule::step_id>& polls_ = ws_->polls;
@@ -525,4 +525,4 @@ class fabric_execution final : public step_executor, private fabric_call {
   static constexpr int stalled_rounds = 20000;
 };
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric
