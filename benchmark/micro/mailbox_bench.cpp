@@ -24,7 +24,7 @@
 
 namespace {
 
-using mimatrix::transport::detail::local_mailboxes;
+using mimatrix::transport::detail::fabric::local_mailboxes;
 using namespace std::chrono_literals;
 
 constexpr std::uint64_t ping_tag = 1, stop = ~std::uint64_t(0);

@@ -27,7 +27,7 @@ MIMATRIX_SCENARIO(abort_told_to_one_rank) {
   const bootstrap::identity id = bootstrap::identity_from_environment();
   const std::shared_ptr<bootstrap::store> store = bootstrap::open_store(id, std::chrono::seconds(30));
   const char* provider = std::getenv("MIMATRIX_PROVIDER");
-  transport::detail::fabric_endpoint ep(id, store, {.provider = provider ? provider : "", .window_bytes = 0});
+  transport::detail::fabric::endpoint ep(id, store, {.provider = provider ? provider : "", .window_bytes = 0});
   const auto until = clock_type::now() + std::chrono::seconds(5);
   if (id.rank == 2) {  // the endpoint's goodbye progresses the send until everyone is done
     ep.send_abort(0, failed_call, errc::mismatch, cause, until);
@@ -35,7 +35,7 @@ MIMATRIX_SCENARIO(abort_told_to_one_rank) {
   }
   while (!ep.failure(failed_call) && clock_type::now() < until)
     if (!ep.progress()) std::this_thread::yield();
-  const transport::detail::fabric_failure* f = ep.failure(failed_call);
+  const transport::detail::fabric::failure* f = ep.failure(failed_call);
   if (!f) return std::printf("rank %d never heard of the failure\n", id.rank), 1;
   if (f->code != errc::mismatch || f->message != cause)
     return std::printf("rank %d heard '%s'\n", id.rank, f->message.c_str()), 1;

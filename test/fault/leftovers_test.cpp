@@ -48,7 +48,7 @@ TEST(leftovers, only_the_regions_under_the_pid_are_removed) {
   ASSERT_NE(::mkdtemp(dir), nullptr);
   for (const char* name : {"4242:0:0", "4242:1:0", "42420:0:0", "424:0:0", "other"})
     std::fclose(std::fopen((std::string(dir) + "/" + name).c_str(), "w"));
-  EXPECT_EQ(transport::detail::remove_shm_regions_of(4242, dir), 2u);
+  EXPECT_EQ(transport::detail::fabric::remove_shm_regions_of(4242, dir), 2u);
   for (const char* kept : {"42420:0:0", "424:0:0", "other"}) {
     const std::string path = std::string(dir) + "/" + kept;
     EXPECT_EQ(::access(path.c_str(), F_OK), 0) << kept << " was removed";

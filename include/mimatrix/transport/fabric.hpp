@@ -22,8 +22,8 @@
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/progress.hpp"
 
-namespace mimatrix::transport::detail {
-class fabric_endpoint;
+namespace mimatrix::transport::detail::fabric {
+class endpoint;
 }
 
 namespace mimatrix::transport {
@@ -146,7 +146,7 @@ class fabric {
  private:
   MIMATRIX_DECL static fabric_options resolve(fabric_options o, const bootstrap::identity& id);
 
-  std::shared_ptr<detail::fabric_endpoint> endpoint_;
+  std::shared_ptr<detail::fabric::endpoint> endpoint_;
 };
 
 }  // namespace mimatrix::transport

@@ -35,7 +35,7 @@ namespace {
 using namespace std::chrono_literals;
 using mimatrix::errc;
 using mimatrix::bootstrap::memory_store;
-using mimatrix::transport::detail::local_mailboxes;
+using mimatrix::transport::detail::fabric::local_mailboxes;
 using mailboxes = std::vector<std::unique_ptr<local_mailboxes>>;
 
 constexpr std::size_t slots = local_mailboxes::small_messages.slots;

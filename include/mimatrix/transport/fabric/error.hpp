@@ -11,7 +11,7 @@
 
 #include "mimatrix/core/error.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// Errors that mean the peer went away rather than that the transport misbehaved.
 inline bool is_peer_loss(int fi_errno) {
@@ -62,4 +62,4 @@ inline std::string explain_completion(fid_cq* cq, const fi_cq_err_entry& e, std:
   return s;
 }
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

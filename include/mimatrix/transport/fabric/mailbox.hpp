@@ -17,7 +17,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/transport/fabric/shared_segments.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// The inbound mailboxes of one rank and its way into its local peers' mailboxes.
 ///
@@ -283,4 +283,4 @@ class local_mailboxes {
   std::vector<sender> outbound_;   // per local index: the ring to that rank
 };
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

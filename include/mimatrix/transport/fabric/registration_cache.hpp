@@ -14,7 +14,7 @@
 
 #include "mimatrix/transport/fabric/error.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// Registrations of host memory keyed by address range; a lookup inside a registered
 /// range reuses it. Entries stay until the cache is destroyed or the application
@@ -119,4 +119,4 @@ class registration_cache {
   std::uint64_t next_key_ = 0;
 };
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

@@ -29,7 +29,7 @@
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// This rank's inbound segment and its way into each local peer's.
 ///
@@ -279,4 +279,4 @@ class host_segments {
   bool created_ = false;
 };
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

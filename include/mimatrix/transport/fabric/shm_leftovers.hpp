@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// Removes the files in `dir` named "<pid>:..."; returns how many it removed.
 inline std::size_t remove_shm_regions_of(pid_t pid, const std::string& dir) {
@@ -40,4 +40,4 @@ inline std::size_t remove_stale_shm_regions() {
   return remove_shm_regions_of(self, "/dev/shm");
 }
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

@@ -19,7 +19,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// What a rank tells its peers about its window (exchanged as raw bytes).
 struct window_announcement {
@@ -93,4 +93,4 @@ class rma_window {
   std::uint64_t key_ = 0;
 };
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

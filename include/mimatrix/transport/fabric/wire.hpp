@@ -14,7 +14,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/schedule/signature.hpp"
 
-namespace mimatrix::transport::detail {
+namespace mimatrix::transport::detail::fabric {
 
 /// Tag layout, high bit first:
 ///   [63] control | [62..43] sender rank (20 bits) | [42..28] call sequence mod 2^15 |
@@ -135,4 +135,4 @@ struct control_message {
 };
 }  // namespace wire
 
-}  // namespace mimatrix::transport::detail
+}  // namespace mimatrix::transport::detail::fabric

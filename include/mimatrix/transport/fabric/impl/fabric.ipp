@@ -19,20 +19,20 @@ MIMATRIX_DECL fabric::fabric(const bootstrap::identity& id, std::shared_ptr<boot
                              fabric_options options) {
   options = resolve(std::move(options), id);
   if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
-  endpoint_ = std::make_shared<detail::fabric_endpoint>(
+  endpoint_ = std::make_shared<detail::fabric::endpoint>(
       id, std::move(store),
-      detail::fabric_settings{.provider = options.provider,
-                              .startup_timeout = options.startup_timeout,
-                              .register_always = options.register_always,
-                              .staging_bytes = options.staging_bytes,
-                              .window_bytes = options.window_bytes,
-                              .mailbox = options.mailbox,
-                              .bulk = options.bulk,
-                              .chunk_bytes = options.chunk_bytes});
+      detail::fabric::settings{.provider = options.provider,
+                               .startup_timeout = options.startup_timeout,
+                               .register_always = options.register_always,
+                               .staging_bytes = options.staging_bytes,
+                               .window_bytes = options.window_bytes,
+                               .mailbox = options.mailbox,
+                               .bulk = options.bulk,
+                               .chunk_bytes = options.chunk_bytes});
 }
 
 MIMATRIX_DECL std::size_t fabric::chunk_for_provider(const std::string& provider) {
-  return detail::fabric_endpoint::chunk_for_provider(provider);
+  return detail::fabric::endpoint::chunk_for_provider(provider);
 }
 
 MIMATRIX_DECL int fabric::rank() const { return endpoint_->rank(); }
@@ -66,7 +66,8 @@ MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::sh
                                                                          const reduce::host_kernels& kernels,
                                                                          std::chrono::milliseconds timeout) {
   auto lock = endpoint_->engine().lock();
-  return std::make_unique<detail::fabric_execution>(endpoint_, std::move(plan), input, output, sig, kernels, timeout);
+  return std::make_unique<detail::fabric::execution>(endpoint_, std::move(plan), input, output, sig, kernels,
+                                                     timeout);
 }
 
 MIMATRIX_DECL void fabric::fail(const signature& sig, errc code, const std::string& why) {

@@ -1,0 +1,116 @@
+// The endpoint's control plane: aborts and their relay, liveness probes (ping, pong), and
+// the backlog of control messages the provider pushed back.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/fabric/endpoint.hpp"
+#include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/wire.hpp"
+
+namespace mimatrix::transport::detail::fabric {
+
+inline void endpoint::announce_failure(std::uint64_t sequence, errc code, const std::string& message) {
+  failures_.emplace(sequence, fabric::failure{code, message});
+  const auto now = clock::now();
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) send_abort(peer, sequence, code, message, now + control_patience);
+  // Most callers leave soon after a failure: push the news out before returning to them.
+  while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
+    if (!progress()) std::this_thread::yield();
+}
+
+inline std::vector<int> endpoint::silent_peers(std::chrono::milliseconds grace) {
+  const std::uint64_t nonce = ++nonce_;
+  const auto until = clock::now() + grace;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) send_control(peer, {wire::control_type::ping, errc::aborted, rank_, nonce, {}}, until);
+  auto answered = [&] {
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_ && pongs_[std::size_t(peer)] < nonce) return false;
+    return true;
+  };
+  while (!answered() && clock::now() < until)
+    if (!progress()) std::this_thread::yield();
+  std::vector<int> silent;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && pongs_[std::size_t(peer)] < nonce) silent.push_back(peer);
+  return silent;
+}
+
+inline void endpoint::post_control_receive(posted_op* r) {
+  r->what = posted_op::purpose::control_recv;
+  r->payload.resize(wire::control_message::capacity);
+  ssize_t ret;
+  while ((ret = fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC,
+                         wire::control_bit, wire::control_ignore, &r->ctx)) == -FI_EAGAIN)
+    progress();
+  check_fabric_call(ret, "fi_trecv(control)", provider_, {rank_});
+}
+
+inline void endpoint::send_control(int peer, const wire::control_message& m, clock::time_point until) {
+  posted_op* r = acquire(nullptr, 0);
+  r->what = posted_op::purpose::control_send;
+  r->payload.resize(wire::control_message::capacity);
+  const std::size_t len = m.encode(r->payload.data());
+  const ssize_t ret = post_control(r, peer, len);
+  if (ret == -FI_EAGAIN)
+    backlog_.push_back({r, peer, len, until});
+  else if (ret != 0)
+    release(r);  // the peer is unreachable; a liveness probe will say so
+}
+
+inline bool endpoint::retry_controls() {
+  const auto now = clock::now();
+  bool posted = false;
+  std::size_t kept = 0;
+  for (const queued_control& q : backlog_) {
+    const ssize_t ret = post_control(q.request, q.peer, q.bytes);
+    if (ret == -FI_EAGAIN && now < q.until) {
+      backlog_[kept++] = q;
+      continue;
+    }
+    if (ret == 0)
+      posted = true;
+    else
+      release(q.request);
+  }
+  backlog_.resize(kept);
+  return posted;
+}
+
+inline void endpoint::relay(const wire::control_message& m) {
+  const auto until = clock::now() + control_patience;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && peer != m.source) send_control(peer, m, until);
+}
+
+inline void endpoint::on_control(const wire::control_message& m) {
+  switch (m.type) {
+    case wire::control_type::abort:
+      if (failures_.emplace(m.value, fabric::failure{m.code, m.text}).second) relay(m);
+      break;
+    case wire::control_type::ping:
+      if (m.source >= 0 && m.source < size_)
+        send_control(m.source, {wire::control_type::pong, errc::aborted, rank_, m.value, {}},
+                     clock::now() + control_patience);
+      break;
+    case wire::control_type::pong:
+      if (m.source >= 0 && m.source < size_)
+        pongs_[std::size_t(m.source)] = std::max(pongs_[std::size_t(m.source)], m.value);
+      break;
+  }
+}
+
+}  // namespace mimatrix::transport::detail::fabric

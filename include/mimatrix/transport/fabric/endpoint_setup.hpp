@@ -1,0 +1,187 @@
+// The endpoint's domain and wire-up: provider selection, opening fabric, domain,
+// completion queue, address vector and endpoint, then the exchange of addresses and RMA
+// windows through the rendezvous store, and the first barrier.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/fabric/endpoint.hpp"
+#include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/shm_leftovers.hpp"
+#include "mimatrix/transport/fabric/window.hpp"
+#include "mimatrix/transport/fabric/wire.hpp"
+
+namespace mimatrix::transport::detail::fabric {
+
+inline endpoint::endpoint(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store, settings with)
+    : rank_(id.rank), size_(id.size), store_(std::move(store)), settings_(std::move(with)) {
+  if (size_ > wire::max_ranks)
+    throw error(errc::invalid_argument, "transport::fabric: " + std::to_string(size_) + " ranks exceed the " +
+                                            std::to_string(wire::max_ranks) + " a tag can name");
+  try {
+    open();
+    exchange_addresses();
+    exchange_windows();
+    chunk_bytes_ = settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_);
+    if (settings_.mailbox == 1 || (settings_.mailbox < 0 && provider_ == "shm"))
+      mailboxes_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_, settings_.startup_timeout);
+    if (settings_.bulk == 1 || (settings_.bulk < 0 && provider_ == "shm"))
+      bulk_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_ + "bulk/", settings_.startup_timeout,
+                                                local_mailboxes::geometry{chunk_bytes_, settings_.bulk_slots});
+    for (int k = 0; k < control_receives; ++k) post_control_receive(acquire(nullptr, 0));
+    bootstrap::barrier(*store_, prefix_ + "ready", size_, settings_.startup_timeout);
+  } catch (...) {
+    close();
+    throw;
+  }
+}
+
+inline std::string endpoint::available_providers() {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_TAGGED;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  fi_info* list = nullptr;
+  std::set<std::string> names;
+  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list) == 0)
+    for (fi_info* i = list; i; i = i->next) names.insert(i->fabric_attr->prov_name);
+  fi_freeinfo(list);
+  fi_freeinfo(hints);
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "none" : s;
+}
+
+inline void endpoint::open() {
+  fi_info* hints = fi_allocinfo();
+  if (!hints) throw error(errc::transport, "transport::fabric: fi_allocinfo failed");
+  hints->caps = FI_TAGGED | (settings_.window_bytes ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  // The registration modes this endpoint knows how to honour.
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
+  if (!settings_.provider.empty()) hints->fabric_attr->prov_name = strdup(settings_.provider.c_str());
+  int ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+  if ((ret != 0 || !info_) && settings_.window_bytes) {
+    // A provider without RMA writes still runs everything as messages.
+    hints->caps = FI_TAGGED;
+    settings_.window_bytes = 0;
+    ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+  }
+  fi_freeinfo(hints);
+  if (ret != 0 || !info_) {
+    const char* filter = std::getenv("FI_PROVIDER");
+    throw error(errc::transport,
+                "rank " + std::to_string(rank_) + ": transport::fabric: libfabric offers no provider " +
+                    (settings_.provider.empty() ? std::string("at all") : "named '" + settings_.provider + "'") +
+                    " with reliable datagram endpoints and tagged messages (" +
+                    explain_fabric_call("fi_getinfo", ret, "") + "); available: " + available_providers() +
+                    (filter ? std::string("; FI_PROVIDER=") + filter + " filters the list" : ""));
+  }
+  provider_ = info_->fabric_attr->prov_name;
+  const error_context where{rank_};
+  check_fabric_call(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric", provider_, where);
+  check_fabric_call(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain", provider_, where);
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_TAGGED;
+  cq_attr.wait_obj = FI_WAIT_NONE;
+  cq_attr.size = 4096;
+  check_fabric_call(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open", provider_, where);
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  av_attr.count = static_cast<std::size_t>(size_);
+  check_fabric_call(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open", provider_, where);
+  if (provider_ == "shm") remove_stale_shm_regions();  // else a recycled pid fails in fi_enable
+  check_fabric_call(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint", provider_, where);
+  check_fabric_call(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", provider_, where);
+  check_fabric_call(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)", provider_, where);
+  check_fabric_call(fi_enable(ep_), "fi_enable", provider_, where);
+  const bool rma = (info_->caps & FI_RMA) && settings_.window_bytes && info_->domain_attr->cq_data_size >= 8;
+  mr_ = std::make_unique<registration_cache>(
+      domain_, provider_, settings_.register_always || (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0,
+      FI_SEND | FI_RECV | (rma ? FI_WRITE : 0));
+  if (rma)
+    window_ = std::make_unique<rma_window>(domain_, provider_, rank_, settings_.window_bytes,
+                                           (info_->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0,
+                                           (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0);
+  carries_signature_ = info_->domain_attr->cq_data_size >= 8;
+  inject_bytes_ = info_->tx_attr->inject_size;
+  pongs_.assign(std::size_t(size_), 0);
+}
+
+inline void endpoint::exchange_addresses() {
+  static std::atomic<int> instances{0};  // every rank opens its endpoints in the same order
+  prefix_ = "mimatrix/fabric/" + std::to_string(instances++) + "/";
+  // Before anything is published: a second process started with this RANK fails here.
+  bootstrap::claim_rank(*store_, prefix_ + "claim", rank_, settings_.startup_timeout);
+  std::vector<std::byte> name(256);
+  std::size_t len = name.size();
+  int ret = fi_getname(&ep_->fid, name.data(), &len);
+  if (ret == -FI_ETOOSMALL) {
+    name.resize(len);
+    ret = fi_getname(&ep_->fid, name.data(), &len);
+  }
+  check_fabric_call(ret, "fi_getname", provider_, {rank_});
+  name.resize(len);
+  // The provider travels with the address: ranks that picked different providers
+  // would otherwise fail later with an unreadable address.
+  const std::string tagged = provider_ + '\n';
+  std::vector<std::byte> mine(tagged.size() + name.size());
+  std::memcpy(mine.data(), tagged.data(), tagged.size());
+  std::memcpy(mine.data() + tagged.size(), name.data(), name.size());
+  const auto all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout);
+  peers_.assign(std::size_t(size_), FI_ADDR_NOTAVAIL);
+  for (int peer = 0; peer < size_; ++peer) {
+    const auto& bytes = all[std::size_t(peer)];
+    const auto* text = reinterpret_cast<const char*>(bytes.data());
+    const auto* end = std::find(text, text + bytes.size(), '\n');
+    const std::string theirs(text, end);
+    if (theirs != provider_)
+      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
+                                      provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
+                                      "'; set MIMATRIX_PROVIDER alike on every rank");
+    const std::size_t skip = static_cast<std::size_t>(end - text) + 1;
+    const int inserted = fi_av_insert(av_, bytes.data() + skip, 1, &peers_[std::size_t(peer)], 0, nullptr);
+    if (inserted != 1)
+      check_fabric_call(inserted < 0 ? inserted : -FI_EADDRNOTAVAIL, "fi_av_insert", provider_, {rank_, peer});
+  }
+}
+
+inline void endpoint::exchange_windows() {
+  window_announcement mine = window_ ? window_->announcement() : window_announcement{};
+  std::vector<std::byte> bytes(sizeof mine);
+  std::memcpy(bytes.data(), &mine, sizeof mine);
+  const auto all = bootstrap::all_gather(*store_, prefix_ + "window", rank_, size_, bytes, settings_.startup_timeout);
+  peer_windows_.assign(std::size_t(size_), {});
+  std::uint64_t smallest = window_ ? mine.half_bytes : 0;
+  for (int peer = 0; peer < size_; ++peer) {
+    const auto& b = all[std::size_t(peer)];
+    if (b.size() != sizeof(window_announcement))
+      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
+                                      std::to_string(peer) + " sent a malformed window announcement");
+    std::memcpy(&peer_windows_[std::size_t(peer)], b.data(), b.size());
+    smallest = std::min<std::uint64_t>(smallest, peer_windows_[std::size_t(peer)].half_bytes);
+  }
+  window_half_bytes_ = static_cast<std::size_t>(smallest);
+}
+
+}  // namespace mimatrix::transport::detail::fabric

@@ -1,0 +1,58 @@
+// The endpoint's tear-down: ranks meet in the store before closing (bounded after a
+// failure), then every libfabric object is closed in order.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "mimatrix/transport/fabric/endpoint.hpp"
+
+namespace mimatrix::transport::detail::fabric {
+
+inline endpoint::~endpoint() {
+  engine_.set_mode(progress_mode::caller);
+  say_goodbye();
+  close();
+}
+
+inline void endpoint::say_goodbye() noexcept {
+  if (!ep_ || !store_ || size_ == 1) return;
+  try {
+    const auto limit = any_failure() ? std::chrono::milliseconds(1000) : settings_.startup_timeout;
+    const auto until = clock::now() + limit;
+    const std::string key = prefix_ + "goodbye";
+    store_->add(key, 1);
+    while (store_->add(key, 0) < size_ && clock::now() < until) {
+      for (int k = 0; k < 64; ++k) progress();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    for (int k = 0; k < 64; ++k) progress();
+  } catch (...) {
+    // The store's host (rank 0) may close first once everyone arrived; nothing to do.
+  }
+}
+
+inline void endpoint::close() noexcept {
+  closing_ = true;
+  backlog_.clear();
+  if (ep_) fi_close(&ep_->fid);
+  mr_.reset();
+  window_.reset();
+  mailboxes_.reset();
+  if (av_) fi_close(&av_->fid);
+  if (cq_) fi_close(&cq_->fid);
+  if (domain_) fi_close(&domain_->fid);
+  if (fabric_) fi_close(&fabric_->fid);
+  if (info_) fi_freeinfo(info_);
+  ep_ = nullptr;
+  av_ = nullptr;
+  cq_ = nullptr;
+  domain_ = nullptr;
+  fabric_ = nullptr;
+  info_ = nullptr;
+}
+
+}  // namespace mimatrix::transport::detail::fabric

@@ -1,0 +1,151 @@
+// A fabric execution's message path: tagged sends and receives (small sends injected),
+// what the provider's answer to a post means, recv_reduce staging in schedule order, and
+// the completions the endpoint hands back.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <sys/types.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/fabric/call.hpp"
+#include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/execution.hpp"
+#include "mimatrix/transport/fabric/mailbox.hpp"
+#include "mimatrix/transport/fabric/wire.hpp"
+
+namespace mimatrix::transport::detail::fabric {
+
+inline execution::posted execution::post(schedule::step_id id) {
+  const schedule::step& st = step_at(id);
+  if (schedule::is_one_sided(st.kind)) return post_write(id);
+  if (local_mailboxes* box = state_[id].box) {
+    if (st.kind != kind::send) return poll_later(id);
+    if (!box->try_send(st.peer, wire::data_tag(plan().rank, sig().sequence, st.tag), packed_, mem_.read(st.src),
+                       st.src.bytes))
+      return posted::deferred;  // the ring is full
+    return posted::done;
+  }
+  if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes()) return inject(id);
+  if (st.kind == kind::recv && posted_receives_ >= max_posted_receives)
+    return posted::deferred;  // held back by us: the provider's receive queue stays open to recv_reduce
+  posted_op* r = ep_->acquire(this, id);
+  const std::uint64_t tag = wire::data_tag(st.kind == kind::send ? plan().rank : st.peer, sig().sequence, st.tag);
+  if (st.kind == kind::send) {
+    const std::byte* data = mem_.read(st.src);
+    return posted_as(id, r, "fi_tsenddata",
+                     fi_tsenddata(ep_->ep(), data, st.src.bytes, ep_->registrations().descriptor(data, st.src.bytes),
+                                  packed_, ep_->address(st.peer), tag, &r->ctx));
+  }
+  std::byte* data = st.kind == kind::recv ? mem_.write(st.dst) : staged(id);
+  const posted p = posted_as(id, r, "fi_trecv",
+                             fi_trecv(ep_->ep(), data, st.dst.bytes,
+                                      ep_->registrations().descriptor(data, st.dst.bytes), ep_->address(st.peer),
+                                      tag, 0, &r->ctx));
+  if (p == posted::started && st.kind == kind::recv) ++posted_receives_;
+  return p;
+}
+
+inline execution::posted execution::posted_as(schedule::step_id id, posted_op* r, const char* call, ssize_t ret) {
+  if (ret == -FI_EAGAIN) {
+    ep_->release(r);
+    return posted::deferred;
+  }
+  if (ret != 0) {
+    ep_->release(r);
+    fail_post(id, call, ret);
+    return posted::done;
+  }
+  state_[id].request = r;
+  ++in_flight_;
+  return posted::started;
+}
+
+inline execution::posted execution::inject(schedule::step_id id) {
+  const schedule::step& st = step_at(id);
+  const ssize_t ret = fi_tinjectdata(ep_->ep(), mem_.read(st.src), st.src.bytes, packed_, ep_->address(st.peer),
+                                     wire::data_tag(plan().rank, sig().sequence, st.tag));
+  if (ret == -FI_EAGAIN) return posted::deferred;
+  if (ret != 0) fail_post(id, "fi_tinjectdata", ret);
+  return posted::done;
+}
+
+inline void execution::fail_post(schedule::step_id id, const char* call, ssize_t ret) {
+  const int peer = step_at(id).peer;
+  const std::string what = explain_fabric_call(call, ret, ep_->provider());
+  if (is_peer_loss(static_cast<int>(ret)))
+    return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) + " is unreachable (" + what + ")"));
+  const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout()));
+  if (std::find(silent.begin(), silent.end(), peer) != silent.end())
+    return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) +
+                                                           " is unreachable: it did not answer a liveness probe after " +
+                                                           what));
+  fail(errc::transport, describe(context(id), what));
+}
+
+inline void execution::on_complete(posted_op& r, const fi_cq_tagged_entry& e) {
+  const schedule::step_id id = r.step;
+  state_[id].request = nullptr;
+  --in_flight_;
+  ep_->release(&r);
+  const schedule::step& st = step_at(id);
+  if (st.kind == kind::recv) --posted_receives_;
+  if (st.kind == kind::send || schedule::is_one_sided(st.kind)) return complete(id);
+  if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
+    return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " runs " +
+                                                          to_string(wire::unpack(e.data, sig().sequence)) +
+                                                          " but this rank runs " + to_string(sig())));
+  if (e.len != st.dst.bytes)
+    return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
+                                                          std::to_string(e.len) + " bytes where " +
+                                                          std::to_string(st.dst.bytes) + " were expected (" +
+                                                          to_string(sig()) + ")"));
+  if (st.kind == kind::recv) return complete(id);
+  arrive(id, staged(id));
+}
+
+inline void execution::on_error(posted_op& r, const fi_cq_err_entry& e) {
+  const schedule::step_id id = r.step;
+  state_[id].request = nullptr;
+  --in_flight_;
+  ep_->release(&r);
+  const schedule::step& st = step_at(id);
+  if (st.kind == kind::recv) --posted_receives_;
+  const int code = e.err < 0 ? -e.err : e.err;  // providers differ in the sign
+  if (code == FI_ETRUNC)
+    return fail(errc::mismatch,
+                describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
+                                          (e.olen ? std::to_string(st.dst.bytes + e.olen) : "more than " +
+                                                                                                std::to_string(st.dst.bytes)) +
+                                          " bytes where " + std::to_string(st.dst.bytes) + " were expected (" +
+                                          to_string(sig()) + ")"));
+  const std::string what = std::string(schedule::to_string(st.kind)) + " failed: " + ep_->explain(e);
+  if (schedule::is_one_sided(st.kind) && code == FI_EINVAL)
+    return fail(errc::transport, describe(context(id), what + " (the peer's window may be smaller: set "
+                                                             "MIMATRIX_WINDOW_BYTES alike on every rank)"));
+  // Our own cancels never reach here (the request is orphaned first), so a cancel or an
+  // I/O error on a peer's message means the provider gave up on that peer.
+  if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code))
+    return fail(errc::peer_lost,
+                describe(context(id), "rank " + std::to_string(st.peer) + " is unreachable (" + what + ")"));
+  fail(errc::transport, describe(context(id), what));
+}
+
+inline void execution::stage_more() {
+  while (!free_slots_.empty() && next_reduce_ < reduces_.size() && !finished()) {
+    const schedule::step_id id = reduces_[next_reduce_++];
+    state_[id].slot = free_slots_.back();
+    free_slots_.pop_back();
+    post_early(id);
+  }
+}
+
+}  // namespace mimatrix::transport::detail::fabric
