@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,6 +178,19 @@ class endpoint {
   }
   std::size_t orphans() const { return orphans_; }
 
+  /// A failed call left transfers the provider could not cancel, into memory its caller
+  /// gets back (its buffers) or the next call would reuse: closing the libfabric endpoint
+  /// is the one way to stop them. Every call then fails at once, naming `why`; a new
+  /// communicator is needed.
+  void disable(errc code, std::string why) {
+    if (ep_) fi_close(&ep_->fid);
+    ep_ = nullptr;
+    orphans_ = 0;  // nothing completes them now: the provider let go of them
+    backlog_.clear();
+    disabled_ = fabric::failure{code, std::move(why)};
+  }
+  const fabric::failure* disabled() const { return disabled_ ? &*disabled_ : nullptr; }
+
   // ---- workspaces ----------------------------------------------------------------
 
   std::unique_ptr<workspace> take_workspace() {
@@ -228,6 +242,7 @@ class endpoint {
 
   /// The failure another rank (or this one) announced for call `sequence`, if any.
   const fabric::failure* failure(std::uint64_t sequence) const {
+    if (disabled_) return &*disabled_;      // every call, in flight or not
     if (failures_.empty()) return nullptr;  // the common case, checked every round
     auto it = failures_.find(sequence);
     return it == failures_.end() ? nullptr : &it->second;
@@ -250,6 +265,8 @@ class endpoint {
   static constexpr int control_receives = 8;
   /// How long a control message the provider pushes back is retried.
   static constexpr std::chrono::milliseconds control_patience{2000};
+  // After a failure the goodbye waits no longer: a rank that does not come is gone or frozen.
+  static constexpr std::chrono::milliseconds goodbye_after_failure{500};
 
   // ---- set-up (endpoint_setup.hpp) -----------------------------------------------
 
@@ -270,6 +287,7 @@ class endpoint {
   void send_control(int peer, const wire::control_message& m, clock::time_point until);
 
   ssize_t post_control(posted_op* r, int peer, std::size_t len) {
+    if (!ep_) return -FI_ENOTCONN;  // disable()d: the message is dropped
     return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
                     &r->ctx);
   }
@@ -330,6 +348,7 @@ class endpoint {
   std::vector<std::unique_ptr<workspace>> workspaces_, retired_;
   std::vector<std::unique_ptr<step_bookkeeping>> books_;
   std::map<std::uint64_t, fabric::failure> failures_;
+  std::optional<fabric::failure> disabled_;  // disable(): the libfabric endpoint is closed
   struct queued_control {
     posted_op* request;
     int peer;

@@ -50,6 +50,7 @@ inline std::vector<int> endpoint::silent_peers(std::chrono::milliseconds grace) 
 }
 
 inline void endpoint::post_control_receive(posted_op* r) {
+  if (!ep_) return release(r);  // disable()d
   r->what = posted_op::purpose::control_recv;
   r->payload.resize(wire::control_message::capacity);
   ssize_t ret;

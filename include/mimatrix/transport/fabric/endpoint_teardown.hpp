@@ -4,6 +4,7 @@
 
 #include <rdma/fabric.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -21,17 +22,22 @@ inline endpoint::~endpoint() {
 inline void endpoint::say_goodbye() noexcept {
   if (!ep_ || !store_ || size_ == 1) return;
   try {
-    const auto limit = any_failure() ? std::chrono::milliseconds(1000) : settings_.startup_timeout;
+    // Every store request is bounded by what is left: a frozen rank 0 (its store's host)
+    // must not hold the others past the limit.
+    const auto limit = any_failure() ? goodbye_after_failure : settings_.startup_timeout;
     const auto until = clock::now() + limit;
+    const auto left = [&] {
+      return std::max(std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()), std::chrono::milliseconds(1));
+    };
     const std::string key = prefix_ + "goodbye";
-    store_->add(key, 1);
-    while (store_->add(key, 0) < size_ && clock::now() < until) {
+    store_->add_within(key, 1, left());
+    while (clock::now() < until && store_->add_within(key, 0, left()) < size_) {
       for (int k = 0; k < 64; ++k) progress();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     for (int k = 0; k < 64; ++k) progress();
   } catch (...) {
-    // The store's host (rank 0) may close first once everyone arrived; nothing to do.
+    // The store's host (rank 0) may close first once everyone arrived, or be frozen.
   }
 }
 

@@ -95,7 +95,9 @@ class execution final : public step_executor, private call {
     else
       mem_.scratch = ws_->scratch.reserve(this->plan().scratch_bytes);
     register_whole_buffers();
-    if (auto f = ep_->failure(sig.sequence))
+    if (const fabric::failure* d = ep_->disabled())
+      fail(d->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + d->message);
+    else if (auto f = ep_->failure(sig.sequence))
       fail_from(f->code, f->message);
     else
       stage_more();  // receives into staging depend on nothing: post as many as there are slots now
@@ -187,7 +189,7 @@ class execution final : public step_executor, private call {
     });
     for (auto& s : state_) {
       if (!s.request) continue;
-      fi_cancel(&ep_->ep()->fid, &s.request->ctx);
+      if (ep_->ep()) fi_cancel(&ep_->ep()->fid, &s.request->ctx);
       ep_->orphan(s.request);
       s.request = nullptr;
       --in_flight_;
@@ -195,8 +197,14 @@ class execution final : public step_executor, private call {
     const auto until = clock::now() + std::chrono::milliseconds(200);
     while (ep_->orphans() && clock::now() < until)
       if (!ep_->progress()) std::this_thread::yield();
-    give_back_memory();
     if (tell_others) ep_->announce_failure(sig().sequence, code, message());
+    // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
+    // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
+    if (ep_->orphans())
+      ep_->disable(code, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
+                             to_string(sig()) + " failed with transfers the provider could not cancel (" +
+                             message() + "); create a new communicator");
+    give_back_memory();
   }
 
   // ---- mailboxes, messages between ranks on this host (execution_rings.hpp) ----------
