@@ -13,7 +13,7 @@
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/topology/ring.hpp"
 #include "mimatrix/transport/fabric.hpp"
-#include "mimatrix/transport/fabric/shm_leftovers.hpp"
+#include "mimatrix/bootstrap/detail/shm_files.hpp"
 #include "multi_process.hpp"
 
 namespace mimatrix {
@@ -43,15 +43,19 @@ TEST(leftovers, a_stale_shm_region_under_a_ranks_pid_does_not_stop_the_job) {
     EXPECT_NE(r.output[std::size_t(rank)].find("exact over a stale region"), std::string::npos) << test::all_output(r);
 }
 
-TEST(leftovers, only_the_regions_under_the_pid_are_removed) {
+TEST(leftovers, only_the_files_of_the_pid_are_removed) {
   char dir[] = "/tmp/mimatrix-shm-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
-  for (const char* name : {"4242:0:0", "4242:1:0", "42420:0:0", "424:0:0", "other"})
-    std::fclose(std::fopen((std::string(dir) + "/" + name).c_str(), "w"));
-  EXPECT_EQ(transport::detail::fabric::remove_shm_regions_of(4242, dir), 2u);
-  for (const char* kept : {"42420:0:0", "424:0:0", "other"}) {
-    const std::string path = std::string(dir) + "/" + kept;
-    EXPECT_EQ(::access(path.c_str(), F_OK), 0) << kept << " was removed";
+  // libfabric shm's regions and mimatrix's mailbox segments of pid 4242, and others'.
+  const std::vector<std::string> gone = {"4242:0:0", "4242:1:0", "mimatrix-mb-job_-r3-p4242-00ff00ff00ff00ff"};
+  const std::vector<std::string> kept = {"42420:0:0", "424:0:0", "other", "mimatrix-mb-job_-r3-p42420-0a",
+                                         "x-mimatrix-mb-r1-p4242-0b"};
+  for (const auto& name : gone) std::fclose(std::fopen((std::string(dir) + "/" + name).c_str(), "w"));
+  for (const auto& name : kept) std::fclose(std::fopen((std::string(dir) + "/" + name).c_str(), "w"));
+  EXPECT_EQ(bootstrap::detail::remove_shm_files_of(4242, dir), gone.size());
+  for (const auto& name : kept) {
+    const std::string path = std::string(dir) + "/" + name;
+    EXPECT_EQ(::access(path.c_str(), F_OK), 0) << name << " was removed";
     ::unlink(path.c_str());
   }
   ::rmdir(dir);

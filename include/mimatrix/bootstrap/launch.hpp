@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "mimatrix/bootstrap/detail/fd.hpp"
+#include "mimatrix/bootstrap/detail/shm_files.hpp"
 #include "mimatrix/core/error.hpp"
 
 namespace mimatrix::bootstrap {
@@ -300,6 +301,8 @@ class launcher {
         // holds the pipe open must not keep us waiting, so read what is there and close.
         for (int s = 0; s < 2; ++s) read_output(r, s, true);
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        // A rank killed by a signal could not remove its shared-memory files: we do.
+        if (WIFSIGNALED(status)) remove_shm_files_of(rank.pid);
         result_.status[r] = code;
         if (code != 0 && result_.failed_rank < 0 && !result_.timed_out) {
           result_.failed_rank = static_cast<int>(r);

@@ -3,6 +3,7 @@
 #include "mimatrix/bootstrap/launch.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,6 +46,26 @@ TEST(launch_local, a_rank_killed_by_a_signal_is_128_plus_it) {
   const auto r = launch_local(shell(2, "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; exit 0"));
   EXPECT_EQ(r.exit_code, 128 + SIGKILL);
   EXPECT_EQ(r.status, (std::vector<int>{128 + SIGKILL, 0}));
+}
+
+TEST(launch_local, removes_the_shared_memory_files_of_a_rank_killed_by_a_signal) {
+  // What libfabric's shm provider and mimatrix's mailboxes name after a process; a rank
+  // killed mid-job cannot remove them, and a later process with its pid would trip on them.
+  auto o = shell(2,
+                 "touch /dev/shm/$$:0:0 /dev/shm/mimatrix-mb-test-r$RANK-p$$-0123; echo $$; "
+                 "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; exit 0");
+  o.prefix = false;
+  const auto r = launch_local(o);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGKILL, 0}));
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string pid = r.output[std::size_t(rank)].substr(0, r.output[std::size_t(rank)].find('\n'));
+    ASSERT_FALSE(pid.empty());
+    const bool killed = rank == 0;
+    for (const std::string& file : {"/dev/shm/" + pid + ":0:0", "/dev/shm/mimatrix-mb-test-r" + std::to_string(rank) + "-p" + pid + "-0123"}) {
+      EXPECT_EQ(::access(file.c_str(), F_OK) == 0, !killed) << file << (killed ? " stayed" : " was removed");
+      ::unlink(file.c_str());  // a rank that exited by itself is trusted to have cleaned up
+    }
+  }
 }
 
 TEST(launch_local, ranks_see_their_environment) {

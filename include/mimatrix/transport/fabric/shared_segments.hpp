@@ -192,7 +192,9 @@ class host_segments {
     for (int attempt = 0; !fd; ++attempt) {
       char hex[17];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(nonce()));
-      own_name_ = "/mimatrix-mb-" + readable + "-r" + std::to_string(rank_) + "-" + hex;
+      // The pid lets a launcher remove it should this process die before unlinking it.
+      own_name_ = "/mimatrix-mb-" + readable + "-r" + std::to_string(rank_) + "-p" + std::to_string(::getpid()) + "-" +
+                  hex;
       fd.reset(::shm_open(own_name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
       if (!fd && (errno != EEXIST || attempt == 3)) fail(-1, "shm_open('" + own_name_ + "')", errno);
     }
