@@ -8,7 +8,8 @@
 # Each tree (default: this checkout's include/) is measured in the same run, the runs
 # interleaved (every unit of every tree once, then again), since this VM's speed drifts
 # by 2x over hours. CXX (default g++-12) and CXXFLAGS (default -O2) as usual; libfabric's
-# headers must be on the include path. Wall time of `$CXX -std=c++20 $CXXFLAGS -c`.
+# headers must be on the include path. Wall time of `$CXX -std=c++20 $CXXFLAGS -c`, and
+# in parentheses its CPU time (user + system), which other jobs on the machine disturb less.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 runs=3
@@ -28,15 +29,17 @@ rows=("std.cpp (standard library alone)|$here/std.cpp|"
       "runtime.cpp header-only|$here/runtime.cpp|"
       "runtime.cpp separate|$here/runtime.cpp|-DMIMATRIX_SEPARATE_COMPILATION"
       "impl/src.hpp (mimatrix::compiled, once)|$work/src.cpp|-DMIMATRIX_SEPARATE_COMPILATION")
-declare -A times
+declare -A times cpu
 for ((run = 0; run < runs; ++run)); do
   for t in "${!trees[@]}"; do
     dir=${trees[$t]#*=}
     for r in "${!rows[@]}"; do
-      IFS='|' read -r name source defines <<<"${rows[$r]}"
-      start=$EPOCHREALTIME
-      "$cxx" -std=c++20 "${flags[@]}" -I"$dir" -DMIMATRIX_WITH_FABRIC=1 $defines -c "$source" -o "$work/out.o"
-      times[$t,$r]+="$(echo "$EPOCHREALTIME - $start" | bc) "
+      IFS='|' read -r _ source defines <<<"${rows[$r]}"
+      /usr/bin/time -f '%e %U %S' -o "$work/time" \
+        "$cxx" -std=c++20 "${flags[@]}" -I"$dir" -DMIMATRIX_WITH_FABRIC=1 $defines -c "$source" -o "$work/out.o"
+      read -r wall user sys <"$work/time"
+      times[$t,$r]+="$wall "
+      cpu[$t,$r]+="$(echo "$user + $sys" | bc) "
     done
   done
 done
@@ -49,7 +52,9 @@ for _ in "${trees[@]}"; do printf ' --- |'; done
 printf '\n'
 for r in "${!rows[@]}"; do
   printf '| %s |' "${rows[$r]%%|*}"
-  for t in "${!trees[@]}"; do printf ' %.1f s |' "$(median "${times[$t,$r]}")"; done
+  for t in "${!trees[@]}"; do
+    printf ' %.1f s (%.1f) |' "$(median "${times[$t,$r]}")" "$(median "${cpu[$t,$r]}")"
+  done
   printf '\n'
 done
-echo "($cxx ${flags[*]}, wall time, median of $runs interleaved runs)"
+echo "($cxx ${flags[*]}; wall time (CPU time), median of $runs interleaved runs)"
