@@ -2,16 +2,13 @@
 // and the call sequence numbers that its collectives share.
 #pragma once
 
-#include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstdint>
-#include <string>
-#include <thread>
 #include <utility>
 
-#include "mimatrix/core/error.hpp"
 #include "mimatrix/core/options.hpp"
-#include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/transport/backend.hpp"
 
 namespace mimatrix {
@@ -26,9 +23,8 @@ class communicator {
   /// Builds the transport endpoint from `args` (for inproc: the world and the rank).
   template <class... Args>
     requires std::constructible_from<Transport, Args...>
-  explicit communicator(Args&&... args)
-      : transport_(std::forward<Args>(args)...), options_(options::from_environment()) {
-    set_progress(options_.progress);
+  explicit communicator(Args&&... args) : transport_(std::forward<Args>(args)...) {
+    set_progress(state_.settings().progress);
   }
 
   int rank() const { return transport_.rank(); }
@@ -36,52 +32,39 @@ class communicator {
 
   Transport& transport() { return transport_; }
   const Transport& transport() const { return transport_; }
-  const options& settings() const { return options_; }
-  void set_timeout(std::chrono::milliseconds timeout) { options_.timeout = timeout; }
+  const options& settings() const { return state_.settings(); }
+  void set_timeout(std::chrono::milliseconds timeout) { state_.settings().timeout = timeout; }
 
   /// Who advances calls in flight (default: MIMATRIX_PROGRESS, else the caller). With
   /// progress_mode::thread, a thread of this communicator drives every started call while
   /// the caller computes; test() and wait() still advance them too.
   void set_progress(progress_mode mode) {
-    options_.progress = mode;
-    if constexpr (transport::has_progress_engine<Transport>) transport_.progress().set_mode(mode);
+    state_.settings().progress = mode;
+    if constexpr (transport::has_progress_engine<Transport>) detail::set_progress_mode(transport_.progress(), mode);
   }
 
   /// The sequence number of the next call; every rank numbers its calls alike. Throws
   /// `invalid_argument` when another thread still has calls in flight here: two threads
   /// starting calls on one communicator would number them in an order the peers cannot
   /// share, and silently pair the wrong buffers when the calls look alike.
-  std::uint64_t next_sequence() {
-    claim_for_this_thread();
-    return sequence_++;
-  }
+  std::uint64_t next_sequence() { return state_.next_sequence(rank(), progress()); }
 
-  /// The schedules its collectives built, least recently used evicted first.
-  detail::plan_cache& plans() { return plans_; }
-  const detail::plan_cache& plans() const { return plans_; }
+  /// The schedules its collectives built, least recently used evicted first
+  /// (detail/plan_cache.hpp).
+  detail::plan_cache& plans() { return state_.plans(); }
+  const detail::plan_cache& plans() const { return state_.plans(); }
+
+  /// What the collectives share, for them (detail/).
+  detail::communicator_state& state() { return state_; }
 
  private:
-  /// Calls in flight belong to the thread that started them; once they are done, any
-  /// thread may start the next (handing a communicator over is allowed).
-  void claim_for_this_thread() {
-    if constexpr (transport::has_progress_engine<Transport>) {
-      const auto me = std::this_thread::get_id();
-      const auto owner = owner_.load(std::memory_order_relaxed);
-      if (owner == me) return;
-      if (owner != std::thread::id{} && transport_.progress().in_flight() > 0)
-        throw error(errc::invalid_argument,
-                    "rank " + std::to_string(rank()) + ": a second thread started a collective on this communicator "
-                    "while calls another thread started are in flight; use one communicator per thread "
-                    "(calls of one communicator must start in the same order on every rank)");
-      owner_.store(me, std::memory_order_relaxed);
-    }
+  transport::progress_engine* progress() {
+    if constexpr (transport::has_progress_engine<Transport>) return &transport_.progress();
+    else return nullptr;
   }
 
   Transport transport_;
-  options options_;
-  std::uint64_t sequence_ = 0;
-  detail::plan_cache plans_;
-  std::atomic<std::thread::id> owner_{};
+  detail::communicator_state state_;
 };
 
 }  // namespace mimatrix

@@ -18,6 +18,7 @@
 #include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
+#include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
 #include "multi_process.hpp"
 

@@ -16,6 +16,7 @@
 #include "mimatrix/algorithm/halving_doubling.hpp"
 #include "mimatrix/algorithm/hierarchical.hpp"
 #include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
 #include "multi_process.hpp"
 

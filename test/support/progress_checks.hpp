@@ -22,6 +22,7 @@
 #include "mimatrix/reduce_scatter.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::test {
 

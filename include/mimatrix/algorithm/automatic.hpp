@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "mimatrix/algorithm/automatic_fwd.hpp"  // the same alias, declared: a difference fails to compile
 #include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/halving_doubling.hpp"

@@ -1,13 +1,13 @@
-// Per-communicator settings: deadlines that are finite by default and can be set
-// from the environment (MIMATRIX_TIMEOUT_MS) without recompiling.
+// Settings: a communicator's, with deadlines that are finite by default and can be set
+// from the environment (MIMATRIX_TIMEOUT_MS) without recompiling, and one call's.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
 
 namespace mimatrix {
@@ -23,7 +23,8 @@ inline constexpr std::chrono::milliseconds max_timeout = std::chrono::hours(24 *
 
 /// `timeout` saturated to [0, max_timeout].
 constexpr std::chrono::milliseconds bounded_timeout(std::chrono::milliseconds timeout) noexcept {
-  return std::clamp(timeout, std::chrono::milliseconds(0), max_timeout);
+  return timeout < std::chrono::milliseconds(0) ? std::chrono::milliseconds(0)
+                                                : timeout > max_timeout ? max_timeout : timeout;
 }
 
 /// `timeout` from now, saturated: a deadline that never overflows (see max_timeout).
@@ -39,24 +40,21 @@ struct options {
 
   /// Defaults, overridden by MIMATRIX_TIMEOUT_MS and MIMATRIX_PROGRESS when they are set.
   /// A deadline beyond max_timeout (or beyond a long long) is cut to max_timeout.
-  static options from_environment() {
-    options o;
-    if (const char* v = std::getenv("MIMATRIX_TIMEOUT_MS"); v && *v) {
-      char* end = nullptr;
-      const long long ms = std::strtoll(v, &end, 10);
-      if (*end != '\0' || ms <= 0)
-        throw error(errc::invalid_argument, "MIMATRIX_TIMEOUT_MS must be a positive number of milliseconds, got '" +
-                                                std::string(v) + "'");
-      o.timeout = bounded_timeout(std::chrono::milliseconds(ms));  // strtoll saturates too
-    }
-    if (const char* v = std::getenv("MIMATRIX_PROGRESS"); v && *v) {
-      const std::string mode(v);
-      if (mode != "caller" && mode != "thread")
-        throw error(errc::invalid_argument, "MIMATRIX_PROGRESS must be 'caller' or 'thread', got '" + mode + "'");
-      o.progress = mode == "thread" ? progress_mode::thread : progress_mode::caller;
-    }
-    return o;
-  }
+  MIMATRIX_DECL static options from_environment();
+};
+
+/// What one runtime-typed call (collectives<>) may set besides its buffers.
+struct call_options {
+  /// An algorithm by name ("ring", "gdraa", "hdrm", "halving_doubling",
+  /// "recursive_doubling", "hierarchical"), or empty for algorithm::automatic (the cost
+  /// model, or a MIMATRIX_ALGO rule). Every rank must name the same one.
+  std::string algorithm;
+  /// A deadline for this call instead of the communicator's.
+  std::optional<std::chrono::milliseconds> timeout;
 };
 
 }  // namespace mimatrix
+
+#if MIMATRIX_HEADER_ONLY
+#include "mimatrix/core/impl/options.ipp"
+#endif

@@ -11,11 +11,8 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/operation.hpp"
-#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/policy.hpp"
-#include "mimatrix/schedule/schedule.hpp"
-#include "mimatrix/schedule/signature.hpp"
-#include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/fwd.hpp"  // the concepts need no definitions of what they name
 
 namespace mimatrix::transport {
 

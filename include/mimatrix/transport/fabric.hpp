@@ -11,16 +11,19 @@
 #include <string>
 #include <utility>
 
-#include "mimatrix/bootstrap/env.hpp"
-#include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/operation.hpp"
-#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/policy.hpp"
-#include "mimatrix/schedule/schedule.hpp"
-#include "mimatrix/schedule/signature.hpp"
-#include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/fwd.hpp"
+
+// Declared only (bootstrap/env.hpp, bootstrap/store.hpp; progress_engine in
+// transport/progress.hpp): every member is defined in fabric/impl/fabric.ipp, which
+// header-only units include below and mimatrix::compiled compiles once.
+namespace mimatrix::bootstrap {
+struct identity;
+class store;
+}  // namespace mimatrix::bootstrap
 
 namespace mimatrix::transport::detail::fabric {
 class endpoint;

@@ -1,16 +1,20 @@
-// Separate compilation: defines the engines and runtime-typed entries that
-// compiled_engines.hpp and compiled_collectives.hpp declare extern.
+// Separate compilation: defines the bindings that compiled_engines.hpp declares extern.
 #pragma once
 
-#include "mimatrix/detail/impl/compiled_collectives.hpp"
+#include "mimatrix/algorithm/automatic.hpp"
+#include "mimatrix/algorithm/gdraa.hpp"
+#include "mimatrix/algorithm/hdrm.hpp"
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/impl/compiled_engines.hpp"
+#include "mimatrix/topology/bigraph.hpp"
+#include "mimatrix/topology/mesh.hpp"
+#include "mimatrix/topology/ring.hpp"
+#include "mimatrix/transport/inproc.hpp"
+#if MIMATRIX_COMPILED_FABRIC_ON
+#include "mimatrix/transport/fabric.hpp"
+#endif
 
-#define MIMATRIX_INSTANTIATE_ENGINE(Transport, Topology, Algorithm) \
-  template class ::mimatrix::detail::collective_engine<Transport, Topology, Algorithm>;
-MIMATRIX_COMPILED_ENGINES(MIMATRIX_INSTANTIATE_ENGINE)
-#undef MIMATRIX_INSTANTIATE_ENGINE
-
-#define MIMATRIX_INSTANTIATE_COLLECTIVES(Transport, Topology) \
-  template class ::mimatrix::collectives<Transport, Topology>;
-MIMATRIX_COMPILED_COLLECTIVES(MIMATRIX_INSTANTIATE_COLLECTIVES)
-#undef MIMATRIX_INSTANTIATE_COLLECTIVES
+MIMATRIX_COMPILED_TRANSPORTS(MIMATRIX_COMPILED_FACE)
+MIMATRIX_COMPILED_TOPOLOGIES(MIMATRIX_COMPILED_AUTOMATIC)
+MIMATRIX_COMPILED_ALGORITHMS(MIMATRIX_COMPILED_BINDING)

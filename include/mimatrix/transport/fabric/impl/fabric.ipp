@@ -5,11 +5,17 @@
 #include <cstdlib>
 #include <optional>
 
+#include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/options.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/execution.hpp"
+#include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport {
 

@@ -1,0 +1,2 @@
+// mimatrix::compiled: the one translation unit of mimatrix's separately compiled part.
+#include "mimatrix/impl/src.hpp"

@@ -1,0 +1,55 @@
+// The plain part of the runtime-typed collectives (collectives.hpp): the kernels of a
+// (dtype, op), one engine per algorithm name, and the four calls. Compiled once; what
+// depends on the topology comes in as an automatic_source.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mimatrix/core/config.hpp"
+#include "mimatrix/core/dtype.hpp"
+#include "mimatrix/core/options.hpp"
+#include "mimatrix/detail/engine_core.hpp"
+#include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/schedule/policy.hpp"
+
+namespace mimatrix::detail {
+
+/// algorithm::automatic on the topology `topology` points to, pinned to the algorithm
+/// named `pinned` unless it is empty, for rank `rank` of `size`.
+using automatic_source = schedule_source (*)(const void* topology, const std::string& pinned, int rank, int size,
+                                             const std::optional<schedule::policy>& suggested);
+
+/// @par Thread Safety
+/// As its communicator: one thread at a time.
+class collectives_core {
+ public:
+  MIMATRIX_DECL collectives_core(communicator_state& comm, const transport_face& transport,
+                                 std::shared_ptr<const void> topology, automatic_source source,
+                                 std::optional<schedule::policy> suggested);
+  MIMATRIX_DECL collectives_core(collectives_core&&) noexcept;
+  MIMATRIX_DECL ~collectives_core();
+
+  MIMATRIX_DECL request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
+                                  const call_options& options);
+  MIMATRIX_DECL request reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
+                                       reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL request allgather(const void* input, void* output, std::size_t count, dtype type,
+                                  const call_options& options);
+  MIMATRIX_DECL request broadcast(const void* input, void* output, std::size_t count, dtype type, int root,
+                                  const call_options& options);
+  MIMATRIX_DECL void barrier(const call_options& options);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace mimatrix::detail
+
+#if MIMATRIX_HEADER_ONLY
+#include "mimatrix/detail/impl/collectives_core.ipp"
+#endif

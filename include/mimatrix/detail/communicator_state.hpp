@@ -1,0 +1,52 @@
+// What a communicator keeps besides its transport: its settings, the numbering of its
+// calls and the plans its collectives built. Plain code, the same for every transport,
+// so that separate compilation compiles it once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "mimatrix/core/config.hpp"
+#include "mimatrix/core/options.hpp"
+#include "mimatrix/transport/fwd.hpp"
+
+namespace mimatrix::detail {
+
+class plan_cache;
+
+/// @par Thread Safety
+/// As its communicator: one thread at a time.
+class communicator_state {
+ public:
+  /// Settings from the environment (options::from_environment).
+  MIMATRIX_DECL communicator_state();
+  MIMATRIX_DECL ~communicator_state();
+  communicator_state(const communicator_state&) = delete;
+  communicator_state& operator=(const communicator_state&) = delete;
+
+  options& settings() { return options_; }
+  const options& settings() const { return options_; }
+
+  /// The sequence number of the next call of rank `rank`, whose transport's calls in
+  /// flight are on `progress` (null: it has no progress engine). Throws `invalid_argument`
+  /// when another thread still has calls in flight there (communicator::next_sequence).
+  MIMATRIX_DECL std::uint64_t next_sequence(int rank, transport::progress_engine* progress);
+
+  MIMATRIX_DECL plan_cache& plans();
+  MIMATRIX_DECL const plan_cache& plans() const;
+
+ private:
+  struct calls;  // the plans and the thread whose calls are in flight
+  options options_;
+  std::uint64_t sequence_ = 0;
+  std::unique_ptr<calls> calls_;
+};
+
+/// `progress.set_mode(mode)`, for headers that only declare progress_engine.
+MIMATRIX_DECL void set_progress_mode(transport::progress_engine& progress, progress_mode mode);
+
+}  // namespace mimatrix::detail
+
+#if MIMATRIX_HEADER_ONLY
+#include "mimatrix/detail/impl/communicator_state.ipp"
+#endif

@@ -1,0 +1,67 @@
+// The plain part of every collective: argument checks with messages that say what was
+// wrong and on which rank, plans in the communicator's cache, and the hand-off to the
+// transport. Compiled once rather than per transport, topology and algorithm: it reaches
+// those through the plain functions of a transport_face and a schedule_source.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "mimatrix/core/config.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/operation.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/transport/fwd.hpp"
+
+namespace mimatrix::detail {
+
+class communicator_state;
+
+/// A transport as the engine calls it (transport::backend, erased).
+struct transport_face {
+  void* transport = nullptr;
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<operation> (*start)(void* transport, std::shared_ptr<const schedule::schedule> plan,
+                                      const std::byte* input, std::byte* output, const signature& sig,
+                                      const reduce::host_kernels& kernels, std::chrono::milliseconds timeout) = nullptr;
+  void (*fail)(void* transport, const signature& sig, errc code, const std::string& why) = nullptr;
+  /// transport::runs_one_sided_sometimes; null when it runs every one-sided step or none.
+  bool (*runs_one_sided)(const void* transport, const schedule::descriptor& d, std::size_t scratch_bytes) = nullptr;
+  bool native_one_sided = false;                   // transport::runs_one_sided
+  transport::progress_engine* progress = nullptr;  // transport::has_progress_engine
+};
+
+/// An algorithm bound to a topology: builds a rank's schedule for a call.
+struct schedule_source {
+  std::shared_ptr<const void> bound;  // what `build` reads: the algorithm and the topology
+  schedule::schedule (*build)(const void* bound, const schedule::descriptor& d, int rank) = nullptr;
+};
+
+/// @par Thread Safety
+/// As its communicator: one thread at a time.
+class engine_core {
+ public:
+  MIMATRIX_DECL engine_core(communicator_state& comm, const transport_face& transport, schedule_source source);
+  MIMATRIX_DECL engine_core(engine_core&&) noexcept;
+  MIMATRIX_DECL ~engine_core();
+
+  /// Checks the arguments, then starts the call; counts are in elements of `kernels`'
+  /// type. A deadline of its own if `timeout` is set, else the communicator's.
+  MIMATRIX_DECL request start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
+                              std::size_t out_count, int root, const reduce::host_kernels& kernels,
+                              std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace mimatrix::detail
+
+#if MIMATRIX_HEADER_ONLY
+#include "mimatrix/detail/impl/engine_core.ipp"
+#endif

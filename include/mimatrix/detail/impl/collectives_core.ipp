@@ -1,0 +1,86 @@
+// collectives_core's definitions: in every unit when header-only, once with separate
+// compilation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <utility>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+
+namespace mimatrix::detail {
+
+struct collectives_core::impl {
+  /// The kernels of (type, op); an unknown one is an `invalid_argument` naming the rank.
+  const reduce::host_kernels& kernels(dtype type, reduce::op_kind op) const {
+    try {
+      return reduce::host_kernels_for(type, op);
+    } catch (const error& e) {
+      throw error(errc::invalid_argument, "rank " + std::to_string(transport.rank) + ": " + e.what());
+    }
+  }
+
+  /// One engine (and plan-cache owner) per algorithm name, made on first use.
+  engine_core& engine(const call_options& options) {
+    if (auto it = engines.find(options.algorithm); it != engines.end()) return it->second;
+    engine_core made(comm, transport,
+                     source(topology.get(), options.algorithm, transport.rank, transport.size, suggested));
+    return engines.emplace(options.algorithm, std::move(made)).first->second;
+  }
+
+  communicator_state& comm;
+  transport_face transport;
+  std::shared_ptr<const void> topology;
+  automatic_source source;
+  std::optional<schedule::policy> suggested;
+  std::map<std::string, engine_core, std::less<>> engines;
+};
+
+MIMATRIX_DECL collectives_core::collectives_core(communicator_state& comm, const transport_face& transport,
+                                                 std::shared_ptr<const void> topology, automatic_source source,
+                                                 std::optional<schedule::policy> suggested)
+    : impl_(std::make_unique<impl>(impl{comm, transport, std::move(topology), source, suggested, {}})) {}
+
+MIMATRIX_DECL collectives_core::collectives_core(collectives_core&&) noexcept = default;
+MIMATRIX_DECL collectives_core::~collectives_core() = default;
+
+MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type,
+                                                  reduce::op_kind op, const call_options& options) {
+  return impl_->engine(options).start(schedule::collective::allreduce, input, count, output, count, 0,
+                                      impl_->kernels(type, op), options.timeout);
+}
+
+MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
+                                                       reduce::op_kind op, const call_options& options) {
+  return impl_->engine(options).start(schedule::collective::reduce_scatter, input,
+                                      count * std::size_t(impl_->transport.size), output, count, 0,
+                                      impl_->kernels(type, op), options.timeout);
+}
+
+MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type,
+                                                  const call_options& options) {
+  return impl_->engine(options).start(schedule::collective::allgather, input, count, output,
+                                      count * std::size_t(impl_->transport.size), 0,
+                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout);
+}
+
+MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type,
+                                                  int root, const call_options& options) {
+  return impl_->engine(options).start(schedule::collective::broadcast, input,
+                                      impl_->transport.rank == root ? count : 0, output, count, root,
+                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout);
+}
+
+MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
+  std::uint8_t in = 0, out = 0;
+  impl_->engine(options)
+      .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(dtype::uint8, reduce::op_kind::max),
+             options.timeout)
+      .wait();
+}
+
+}  // namespace mimatrix::detail

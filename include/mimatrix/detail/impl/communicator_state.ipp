@@ -1,0 +1,53 @@
+// communicator_state's definitions: in every unit when header-only, once with separate
+// compilation.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/detail/communicator_state.hpp"
+#include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/transport/progress.hpp"
+
+namespace mimatrix::detail {
+
+struct communicator_state::calls {
+  plan_cache plans;
+  std::atomic<std::thread::id> owner{};
+};
+
+MIMATRIX_DECL communicator_state::communicator_state()
+    : options_(options::from_environment()), calls_(std::make_unique<calls>()) {}
+
+MIMATRIX_DECL communicator_state::~communicator_state() = default;
+
+// Calls in flight belong to the thread that started them; once they are done, any thread
+// may start the next (handing a communicator over is allowed). Two threads starting calls
+// on one communicator would number them in an order the peers cannot share, and silently
+// pair the wrong buffers when the calls look alike.
+MIMATRIX_DECL std::uint64_t communicator_state::next_sequence(int rank, transport::progress_engine* progress) {
+  if (progress) {
+    const auto me = std::this_thread::get_id();
+    const auto owner = calls_->owner.load(std::memory_order_relaxed);
+    if (owner != me) {
+      if (owner != std::thread::id{} && progress->in_flight() > 0)
+        throw error(errc::invalid_argument,
+                    "rank " + std::to_string(rank) + ": a second thread started a collective on this communicator "
+                    "while calls another thread started are in flight; use one communicator per thread "
+                    "(calls of one communicator must start in the same order on every rank)");
+      calls_->owner.store(me, std::memory_order_relaxed);
+    }
+  }
+  return sequence_++;
+}
+
+MIMATRIX_DECL plan_cache& communicator_state::plans() { return calls_->plans; }
+MIMATRIX_DECL const plan_cache& communicator_state::plans() const { return calls_->plans; }
+
+MIMATRIX_DECL void set_progress_mode(transport::progress_engine& progress, progress_mode mode) {
+  progress.set_mode(mode);
+}
+
+}  // namespace mimatrix::detail

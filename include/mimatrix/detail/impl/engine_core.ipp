@@ -1,0 +1,141 @@
+// engine_core's definitions: in every unit when header-only, once with separate compilation.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/detail/communicator_state.hpp"
+#include "mimatrix/detail/engine_core.hpp"
+#include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
+#include "mimatrix/schedule/lower.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
+
+namespace mimatrix::detail {
+
+struct engine_core::impl {
+  impl(communicator_state& c, const transport_face& t, schedule_source s)
+      : comm(c), transport(t), source(std::move(s)), owner(c.plans().new_owner()) {}
+
+  std::optional<std::string> check(const schedule::descriptor& d, const void* in, std::size_t in_count, void* out,
+                                   std::size_t out_count) const;
+  /// Of this call's plans, the one the transport runs.
+  std::shared_ptr<const schedule::schedule> pick(const plan_set& p, const schedule::descriptor& d) const;
+  /// The communicator's cache holds the plans; the last call's stay here too, since
+  /// training repeats one size.
+  const plan_set& plan_for(const schedule::descriptor& d);
+  /// Lowering needs every rank's schedule (a wait's receives come from its writers).
+  plan_set build(const schedule::descriptor& d) const;
+  schedule::schedule build(const schedule::descriptor& d, int rank) const {
+    return source.build(source.bound.get(), d, rank);
+  }
+
+  communicator_state& comm;
+  transport_face transport;
+  schedule_source source;
+  std::uint64_t owner;
+  plan_key last_key{};
+  plan_set last;
+  bool has_last = false;
+};
+
+MIMATRIX_DECL engine_core::engine_core(communicator_state& comm, const transport_face& transport,
+                                       schedule_source source)
+    : impl_(std::make_unique<impl>(comm, transport, std::move(source))) {}
+
+MIMATRIX_DECL engine_core::engine_core(engine_core&&) noexcept = default;
+MIMATRIX_DECL engine_core::~engine_core() = default;
+
+MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
+                                         std::size_t out_count, int root, const reduce::host_kernels& kernels,
+                                         std::optional<std::chrono::milliseconds> timeout) {
+  impl& e = *impl_;
+  const transport_face& t = e.transport;
+  const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
+  const signature sig{kind, kernels.op, kernels.type, count, kind == schedule::collective::broadcast ? root : 0,
+                      e.comm.next_sequence(t.rank, t.progress)};
+  const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
+  if (auto why = e.check(desc, in, in_count, out, out_count)) {
+    const std::string message =
+        describe({t.rank, -1, schedule::to_string(kind), static_cast<std::int64_t>(sig.sequence)}, *why);
+    t.fail(t.transport, sig, errc::invalid_argument, message);
+    throw error(errc::invalid_argument, message);
+  }
+  return request(t.start(t.transport, e.pick(e.plan_for(desc), desc), static_cast<const std::byte*>(in),
+                         static_cast<std::byte*>(out), sig, kernels, timeout.value_or(e.comm.settings().timeout)));
+}
+
+MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule::descriptor& d, const void* in,
+                                                                  std::size_t in_count, void* out,
+                                                                  std::size_t out_count) const {
+  const int p = transport.size, r = transport.rank;
+  const bool reads_input = d.kind != schedule::collective::broadcast || r == d.root;
+  const std::size_t want_in = d.input_bytes() / d.elem_size, want_out = d.output_bytes() / d.elem_size;
+  if (d.kind == schedule::collective::broadcast && (d.root < 0 || d.root >= p))
+    return "root " + std::to_string(d.root) + " is outside a group of " + std::to_string(p);
+  if (reads_input && in_count != want_in)
+    return "the input holds " + std::to_string(in_count) + " elements but " + std::to_string(want_in) +
+           " are needed (output " + std::to_string(out_count) + " elements, group of " + std::to_string(p) + ")";
+  if (out_count != want_out)
+    return "the output holds " + std::to_string(out_count) + " elements but " + std::to_string(want_out) +
+           " are needed (input " + std::to_string(in_count) + " elements, group of " + std::to_string(p) + ")";
+  if (reads_input && in_count && !in) return std::string("the input is a null pointer");
+  if (out_count && !out) return std::string("the output is a null pointer");
+  if (!reads_input || !in_count || !out_count) return std::nullopt;
+  const auto* in_begin = static_cast<const std::byte*>(in);
+  const auto* out_begin = static_cast<const std::byte*>(out);
+  if (in_begin - d.in_place_input_offset(r) == out_begin - d.in_place_output_offset(r)) return std::nullopt;
+  if (in_begin < out_begin + d.output_bytes() && out_begin < in_begin + d.input_bytes()) {
+    std::ostringstream s;
+    s << "the input [" << static_cast<const void*>(in_begin) << ", +" << d.input_bytes()
+      << " bytes) overlaps the output [" << static_cast<const void*>(out_begin) << ", +" << d.output_bytes()
+      << " bytes) without being in place (in place, the input starts " << d.in_place_input_offset(r)
+      << " bytes into the output, or the output " << d.in_place_output_offset(r) << " bytes into the input)";
+    return s.str();
+  }
+  return std::nullopt;
+}
+
+MIMATRIX_DECL std::shared_ptr<const schedule::schedule> engine_core::impl::pick(const plan_set& p,
+                                                                                const schedule::descriptor& d) const {
+  if (!p.lowered) return p.as_built;
+  if (transport.runs_one_sided && transport.runs_one_sided(transport.transport, d, p.most_scratch)) return p.as_built;
+  return p.lowered;
+}
+
+MIMATRIX_DECL const plan_set& engine_core::impl::plan_for(const schedule::descriptor& d) {
+  const plan_key key{owner, d.kind, d.count, d.elem_size, d.root};
+  if (has_last && key == last_key) return last;
+  last = comm.plans().find_or_build(key, [&] { return build(d); });
+  last_key = key;
+  has_last = true;
+  return last;
+}
+
+MIMATRIX_DECL plan_set engine_core::impl::build(const schedule::descriptor& d) const {
+  schedule::schedule mine = build(d, transport.rank);
+  plan_set p;
+  if (!transport.native_one_sided) {
+    const bool one_sided = std::any_of(mine.steps.begin(), mine.steps.end(), [](const schedule::step& st) {
+      return schedule::is_one_sided(st.kind) || st.kind == schedule::step_kind::wait;
+    });
+    if (one_sided) {
+      std::vector<schedule::schedule> group;
+      group.reserve(std::size_t(transport.size));
+      for (int r = 0; r < transport.size; ++r) {
+        group.push_back(r == transport.rank ? mine : build(d, r));
+        p.most_scratch = std::max(p.most_scratch, group.back().scratch_bytes);
+      }
+      p.lowered = std::make_shared<const schedule::schedule>(
+          std::move(schedule::lower_one_sided(group)[std::size_t(transport.rank)]));
+    }
+  }
+  p.as_built = std::make_shared<const schedule::schedule>(std::move(mine));
+  return p;
+}
+
+}  // namespace mimatrix::detail

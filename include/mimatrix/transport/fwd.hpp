@@ -1,0 +1,26 @@
+// What the faces of the transports (backend.hpp, fabric.hpp) and of the collectives name,
+// declared only: where their definitions are compiled elsewhere
+// (MIMATRIX_SEPARATE_COMPILATION), a user's unit parses no schedule, kernel or progress
+// machinery.
+#pragma once
+
+#include <cstdint>
+
+namespace mimatrix::schedule {
+enum class collective : std::uint8_t;
+struct descriptor;
+struct schedule;
+struct signature;
+}  // namespace mimatrix::schedule
+
+namespace mimatrix {
+using schedule::signature;
+}  // namespace mimatrix
+
+namespace mimatrix::reduce {
+struct host_kernels;
+}  // namespace mimatrix::reduce
+
+namespace mimatrix::transport {
+class progress_engine;
+}  // namespace mimatrix::transport
