@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allgather.hpp"
 #include "mimatrix/topology/ring.hpp"
 #include "multi_process.hpp"
