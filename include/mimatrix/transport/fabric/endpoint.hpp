@@ -179,11 +179,12 @@ class endpoint {
   std::size_t orphans() const { return orphans_; }
 
   /// A failed call left transfers the provider could not cancel, into memory its caller
-  /// gets back (its buffers) or the next call would reuse: closing the libfabric endpoint
-  /// is the one way to stop them. Every call then fails at once, naming `why`; a new
-  /// communicator is needed.
+  /// gets back (its buffers) or the next call would reuse. The endpoint stops calling
+  /// libfabric at all: its providers here progress only inside our calls, so nothing more
+  /// lands. It does not close them either: tcp;ofi_rxm can crash closing an endpoint with
+  /// a transfer in flight, so its objects are left to the process's exit. Every call then
+  /// fails at once, naming `why`; a new communicator is needed.
   void disable(errc code, std::string why) {
-    if (ep_) fi_close(&ep_->fid);
     ep_ = nullptr;
     orphans_ = 0;  // nothing completes them now: the provider let go of them
     backlog_.clear();

@@ -16,6 +16,7 @@
 namespace mimatrix::transport::detail::fabric {
 
 inline bool endpoint::progress() {
+  if (disabled_) return false;  // reading the queue would progress the transfers disable() stopped
   if (!backlog_.empty() && retry_controls()) return true;
   fi_cq_tagged_entry entries[16];
   const ssize_t n = fi_cq_read(cq_, entries, 16);

@@ -44,6 +44,12 @@ inline void endpoint::say_goodbye() noexcept {
 inline void endpoint::close() noexcept {
   closing_ = true;
   backlog_.clear();
+  if (disabled_) {  // see disable(): the endpoint and what it stands on stay open
+    mr_.reset();
+    window_.reset();
+    mailboxes_.reset();
+    return;
+  }
   if (ep_) fi_close(&ep_->fid);
   mr_.reset();
   window_.reset();
