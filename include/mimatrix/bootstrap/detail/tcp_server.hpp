@@ -287,9 +287,9 @@ class tcp_server {
 
   void end_request(std::uint64_t id, client& c) {
     c.prefix_got = 0;
+    c.spoke = true;  // a whole request, even one refused: it is one of our clients
     if (std::exchange(c.discarding, false)) return;
     buffered_ -= c.body_length;
-    c.spoke = true;
     handle(id, c);
     // A large body's memory goes back; a small one's is kept for the next request.
     if (c.body.capacity() > 64 * 1024) c.body = {};
