@@ -33,7 +33,8 @@ class communicator {
   Transport& transport() { return transport_; }
   const Transport& transport() const { return transport_; }
   const options& settings() const { return state_.settings(); }
-  void set_timeout(std::chrono::milliseconds timeout) { state_.settings().timeout = timeout; }
+  /// How long a call may wait for its peers; beyond max_timeout ("never") it is cut to it.
+  void set_timeout(std::chrono::milliseconds timeout) { state_.settings().timeout = bounded_timeout(timeout); }
 
   /// Who advances calls in flight (default: MIMATRIX_PROGRESS, else the caller). With
   /// progress_mode::thread, a thread of this communicator drives every started call while

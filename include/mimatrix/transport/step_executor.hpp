@@ -79,6 +79,10 @@ class step_executor : public execution {
     (void)grace;
     return {};
   }
+  /// Peers whose processes have ended, as the transport can tell without their answer
+  /// ("rank 2 (pid 4242)"; none or cannot tell: ""). Asked every ended_check_interval
+  /// of a stuck call.
+  virtual std::string ended_peers() const { return {}; }
   /// What the message of a stuck call adds (ranks that never came, the post cap).
   virtual std::string stall_detail() const { return {}; }
   /// How a receive's data moves, for the message of a stuck call ("through shared memory").
@@ -157,10 +161,14 @@ class step_executor : public execution {
   std::unique_ptr<step_bookkeeping> book_;
   std::size_t completed_ = 0;
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
-  clock::time_point deadline_, probe_at_;
+  clock::time_point deadline_, probe_at_, ended_check_at_;
   bool clock_started_ = false;
   bool probed_ = false;
 };
+
+/// How often a stuck call asks whether a peer's process has ended: a killed peer on this
+/// host is named within about twice this.
+inline constexpr std::chrono::milliseconds ended_check_interval{100};
 
 /// How long a liveness probe waits for answers: an eighth of the call's timeout, between
 /// 50 ms and 1 s.
@@ -177,7 +185,7 @@ inline step_executor::step_executor(progress_engine& engine, std::shared_ptr<con
       plan_(std::move(plan)),
       sig_(sig),
       kernels_(kernels),
-      timeout_(timeout),
+      timeout_(bounded_timeout(timeout)),  // a per-call milliseconds::max() must not overflow the deadline
       book_(book ? std::move(book) : std::make_unique<step_bookkeeping>()) {
   const std::size_t n = plan_->steps.size();
   book_->pending.resize(n);
@@ -380,6 +388,17 @@ inline void step_executor::check_time() {
     deadline_ = now + timeout_;
     // Probe peers' liveness a little before the deadline, so a lost rank is named within it.
     probe_at_ = deadline_ - 2 * probe_grace(timeout_);
+    ended_check_at_ = now + ended_check_interval;
+  }
+  if (now >= ended_check_at_) {
+    ended_check_at_ = now + ended_check_interval;
+    if (const std::string gone = ended_peers(); !gone.empty()) {
+      while (advance()) {  // what it sent before it exited may still be queued
+      }
+      if (finished()) return;
+      return fail(errc::peer_lost, describe(stuck_context(), gone + " exited or was killed (no such process on "
+                                                                    "this host now); this rank was " + stuck_reason()));
+    }
   }
   if (probes() && !probed_ && now >= probe_at_) {
     probed_ = true;

@@ -9,6 +9,7 @@
 #include "mimatrix/bootstrap/tcp_store.hpp"
 #include "support/bytes.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <chrono>
@@ -323,6 +324,57 @@ TEST(tcp_server, parked_gets_are_bounded_with_a_clear_error) {
   EXPECT_GE(refused.load(), 4);
   s.set("after", mimatrix::test::bytes("fine"));  // once they are gone, it serves again
   EXPECT_EQ(mimatrix::test::text(s.get("after", 0ms)), "fine");
+}
+
+// What an earlier probe found handled already (issue 17), kept so: garbage, a length
+// prefix no frame can have, a truncated frame, 400 idle connections and a slow-loris
+// request each cost only their own connection, and the server goes on serving cheaply.
+TEST(tcp_server, garbage_huge_prefixes_truncated_frames_idle_crowds_and_slow_clients_cost_only_themselves) {
+  tcp_server_limits limits;
+  limits.stalled_request = 300ms;
+  server_process server(limits);
+  tcp_store client("127.0.0.1", server.port(), false, 5s);
+  client.set("k", mimatrix::test::bytes("v"));
+
+  const int garbage = connect_to(server.port());
+  const std::vector<std::byte> junk(4096, std::byte{0xff});  // its prefix declares 4 GiB
+  (void)send_all(garbage, junk.data(), junk.size());
+  EXPECT_TRUE(closed_within(garbage, 2s));
+
+  const int huge = connect_to(server.port());
+  std::vector<std::byte> prefix;
+  detail::put_u32(prefix, 0x7fffffff);
+  ASSERT_TRUE(send_all(huge, prefix.data(), prefix.size()));
+  EXPECT_TRUE(closed_within(huge, 2s));
+
+  const int truncated = connect_to(server.port());
+  const auto head = request_head(detail::tcp_op::set, "cut", 1000);
+  ASSERT_TRUE(send_all(truncated, head.data(), head.size()));
+  ::close(truncated);  // and none of the 1000 bytes
+
+  std::vector<int> crowd;
+  for (int c = 0; c < 400; ++c) crowd.push_back(connect_to(server.port()));
+  EXPECT_EQ(std::count(crowd.begin(), crowd.end(), -1), 0);
+
+  const int slow = connect_to(server.port());  // one byte of a get every 50 ms
+  const auto get = request_head(detail::tcp_op::get, "slow", 4);
+  bool closed = false;
+  for (std::size_t at = 0; at < get.size() && !closed; ++at) {
+    closed = !send_all(slow, get.data() + at, 1) || closed_within(slow, 50ms);
+  }
+  EXPECT_TRUE(closed || closed_within(slow, 2s));
+
+  EXPECT_EQ(mimatrix::test::text(client.get("k", 0ms)), "v");  // served throughout
+  EXPECT_EQ(client.add("n", 3), 3);
+  EXPECT_THROW(client.get("cut", 0ms), mimatrix::error);  // the truncated set stored nothing
+  for (int fd : crowd) ::close(fd);
+  ::close(garbage);
+  ::close(huge);
+  ::close(slow);
+  const auto cost = server.stop();
+  if (accounted) {
+    EXPECT_LT(cost.cpu_seconds, 1.0);
+  }
 }
 
 }  // namespace

@@ -136,6 +136,19 @@ TEST(collectives, a_per_call_deadline_replaces_the_communicators) {
   });
 }
 
+// Regression (issue 18 item 7): a per-call milliseconds::max() overflowed the deadline.
+TEST(collectives, a_per_call_deadline_of_milliseconds_max_means_never) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    std::int64_t x = r + 1;
+    if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits, so its deadline is computed
+    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = std::chrono::milliseconds::max()})
+        .wait();
+    EXPECT_EQ(x, 3) << "rank " << r;
+  });
+}
+
 TEST(collectives, the_barrier_returns_only_after_every_rank_entered) {
   std::atomic<int> entered{0};
   transport::run_inproc(3, [&](int r, inproc::world& w) {

@@ -62,5 +62,20 @@ TEST(communicator, another_thread_may_take_over_once_the_calls_are_done) {
   });
 }
 
+// Regression (issue 18 item 7): a deadline of milliseconds::max() overflowed the clock
+// and failed the first call that waited, at once.
+TEST(communicator, the_longest_timeout_means_never_not_an_overflow) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(std::chrono::milliseconds::max());
+    EXPECT_EQ(comm.settings().timeout, max_timeout);
+    sum_t sum(comm);
+    std::vector<std::int64_t> v(1000, r + 1);
+    if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits, so its deadline is computed
+    sum(v);
+    EXPECT_EQ(v[999], 3) << "rank " << r;
+  });
+}
+
 }  // namespace
 }  // namespace mimatrix

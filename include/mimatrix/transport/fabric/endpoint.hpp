@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "mimatrix/bootstrap/detail/process_mark.hpp"
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
@@ -179,12 +180,17 @@ class endpoint {
   std::size_t orphans() const { return orphans_; }
 
   /// A failed call left transfers the provider could not cancel, into memory its caller
-  /// gets back (its buffers) or the next call would reuse. The endpoint stops calling
+  /// gets back (its buffers) or the next call would reuse, or (not over shm) failed with a
+  /// mismatch, after which the provider may have dropped connections. The endpoint stops calling
   /// libfabric at all: its providers here progress only inside our calls, so nothing more
   /// lands. It does not close them either: tcp;ofi_rxm can crash closing an endpoint with
   /// a transfer in flight, so its objects are left to the process's exit. Every call then
-  /// fails at once, naming `why`; a new communicator is needed.
+  /// fails at once with `code` (aborted), naming `why`; a new communicator is needed.
   void disable(errc code, std::string why) {
+    // Aborts and their relays still queued go out first: the others must hear of the failure.
+    const auto until = clock::now() + std::chrono::milliseconds(200);
+    while (ep_ && !backlog_.empty() && clock::now() < until)
+      if (!progress()) std::this_thread::yield();
     ep_ = nullptr;
     orphans_ = 0;  // nothing completes them now: the provider let go of them
     backlog_.clear();
@@ -261,6 +267,23 @@ class endpoint {
   /// Pings every other rank and waits up to `grace` for the answers; returns the ranks
   /// that did not answer (exited, killed, or stuck outside mimatrix).
   std::vector<int> silent_peers(std::chrono::milliseconds grace);
+
+  /// The peers on this host whose processes have ended ("rank 2 (pid 4242)"; none: ""):
+  /// read from /proc, no answer from them needed.
+  /// Whether `peer` runs on this host and its process has ended.
+  bool ended(int peer) const {
+    for (const auto& [rank, mark] : local_processes_)
+      if (rank == peer) return mark.ended();
+    return false;
+  }
+
+  std::string ended_peers() const {
+    std::string gone;
+    for (const auto& [peer, mark] : local_processes_)
+      if (mark.ended())
+        gone += (gone.empty() ? "rank " : ", rank ") + std::to_string(peer) + " (pid " + std::to_string(mark.pid) + ")";
+    return gone;
+  }
 
  private:
   static constexpr int control_receives = 8;
@@ -358,6 +381,7 @@ class endpoint {
   };
   std::vector<queued_control> backlog_;  // control messages the provider pushed back
   std::vector<std::uint64_t> pongs_;
+  std::vector<std::pair<int, bootstrap::detail::process_mark>> local_processes_;  // peers on this host
   std::uint64_t nonce_ = 0;
   progress_engine engine_{std::make_unique<port>()};
 };

@@ -109,7 +109,16 @@ inline void endpoint::open() {
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   av_attr.count = static_cast<std::size_t>(size_);
-  check_fabric_call(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open", provider_, where);
+  if (const int av = fi_av_open(domain_, &av_attr, &av_, nullptr); av != 0) {
+    const std::size_t most = info_->domain_attr->ep_cnt;
+    if (most && std::size_t(size_) > most)  // shm: its peers on one host (256 in libfabric 1.17)
+      throw error(errc::invalid_argument,
+                  "rank " + std::to_string(rank_) + ": transport::fabric: provider '" + provider_ + "' connects at most " +
+                      std::to_string(most) + " endpoints, and this job has " + std::to_string(size_) +
+                      " ranks (WORLD_SIZE); use fewer ranks per communicator or another provider (" +
+                      explain_fabric_call("fi_av_open", av, provider_) + ")");
+    check_fabric_call(av, "fi_av_open", provider_, where);
+  }
   if (provider_ == "shm") remove_stale_shm_regions();  // else a recycled pid fails in fi_enable
   check_fabric_call(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint", provider_, where);
   check_fabric_call(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", provider_, where);
@@ -143,8 +152,10 @@ inline void endpoint::exchange_addresses() {
   check_fabric_call(ret, "fi_getname", provider_, {rank_});
   name.resize(len);
   // The provider travels with the address: ranks that picked different providers
-  // would otherwise fail later with an unreadable address.
-  const std::string tagged = provider_ + '\n';
+  // would otherwise fail later with an unreadable address. So does the process, which
+  // peers on this host watch for its end.
+  const auto self = bootstrap::detail::process_mark::self();
+  const std::string tagged = provider_ + '\n' + self.encode() + '\n';
   std::vector<std::byte> mine(tagged.size() + name.size());
   std::memcpy(mine.data(), tagged.data(), tagged.size());
   std::memcpy(mine.data() + tagged.size(), name.data(), name.size());
@@ -159,7 +170,14 @@ inline void endpoint::exchange_addresses() {
       throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
                                       provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
                                       "'; set MIMATRIX_PROVIDER alike on every rank");
-    const std::size_t skip = static_cast<std::size_t>(end - text) + 1;
+    const auto* mark_end = std::find(end + 1, text + bytes.size(), '\n');
+    if (mark_end == text + bytes.size())
+      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
+                                      std::to_string(peer) + " published a malformed address");
+    if (const auto mark = bootstrap::detail::process_mark::decode({end + 1, std::size_t(mark_end - end - 1)});
+        peer != rank_ && mark && self.can_check(*mark))
+      local_processes_.emplace_back(peer, *mark);
+    const std::size_t skip = static_cast<std::size_t>(mark_end - text) + 1;
     const int inserted = fi_av_insert(av_, bytes.data() + skip, 1, &peers_[std::size_t(peer)], 0, nullptr);
     if (inserted != 1)
       check_fabric_call(inserted < 0 ? inserted : -FI_EADDRNOTAVAIL, "fi_av_insert", provider_, {rank_, peer});

@@ -158,11 +158,15 @@ class execution final : public step_executor, private call {
   /// progress on both sides.
   void stalled(int rounds) override {
     if (rounds > 256) (void)ep_->progress();
-    if (!finished() && rounds >= stalled_rounds && (rounds & 63) == 0) unblock_rings();
+    if (!finished() && rounds >= stalled_rounds && (rounds & 63) == 0) {
+      unblock_rings();
+      find_misrouted();
+    }
   }
 
   bool probes() const override { return true; }
   std::vector<int> silent_peers(std::chrono::milliseconds grace) override { return ep_->silent_peers(grace); }
+  std::string ended_peers() const override { return ep_->ended_peers(); }
 
   std::string_view route(schedule::step_id id) const override {
     return state_[id].box ? "through shared memory" : std::string_view();
@@ -201,9 +205,18 @@ class execution final : public step_executor, private call {
     // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
     // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
     if (ep_->orphans())
-      ep_->disable(code, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
+      ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
                              to_string(sig()) + " failed with transfers the provider could not cancel (" +
                              message() + "); create a new communicator");
+    else if (code == errc::mismatch && ep_->provider() != "shm")
+      // A message longer than its receive makes tcp;ofi_rxm drop that connection, and not
+      // every rank learns which: every rank stops alike, so none can succeed at a later
+      // call that another fails (the rxm providers are alike; shm truncates harmlessly).
+      ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
+                                      to_string(sig()) + " failed with a mismatch (" + message() + "): " +
+                                      ep_->provider() +
+                                      " drops a connection that carried a message longer than the receive "
+                                      "posted for it; create a new communicator");
     give_back_memory();
   }
 
@@ -238,6 +251,12 @@ class execution final : public step_executor, private call {
   /// ring (its peer blocked sending into the ring this rank does not read yet): set
   /// everything that arrived aside, so every ring has room again.
   void unblock_rings();
+
+  /// A peer whose message for a waiting receive took another route (a mailbox where this
+  /// rank expects the provider, or the other mailbox) sent another length or runs another
+  /// call: the route follows the size, so mismatched calls route apart and would
+  /// otherwise only time out. Fails the call with `mismatch`, as a message met would.
+  void find_misrouted();
 
   /// Calls `f` with each mailbox this endpoint has.
   template <class F>

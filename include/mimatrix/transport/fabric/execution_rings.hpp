@@ -81,6 +81,19 @@ void execution::reject(local_mailboxes& box, int peer, schedule::step_id id, con
   fail(errc::mismatch, describe(context(id), why));
 }
 
+inline void execution::find_misrouted() {
+  for (schedule::step_id id = 0; id < state_.size() && !finished(); ++id) {
+    const schedule::step& st = step_at(id);
+    const step_state& s = state_[id];
+    if ((st.kind != kind::recv && st.kind != kind::recv_reduce) || !(s.request || s.polling)) continue;
+    const std::uint64_t tag = wire::data_tag(st.peer, sig().sequence, st.tag);
+    each_box([&](local_mailboxes& box) {
+      if (&box == s.box || !box.reaches(st.peer) || finished()) return;
+      if (const local_mailboxes::message* m = box.try_peek(st.peer, tag)) reject(box, st.peer, id, *m);
+    });
+  }
+}
+
 inline void execution::unblock_rings() {
   each_box([](local_mailboxes& box) { box.discard_if(-1, [](std::uint64_t) { return false; }); });
 }
