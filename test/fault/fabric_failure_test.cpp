@@ -144,6 +144,23 @@ MIMATRIX_SCENARIO(bad_argument_on_one_rank) {
   });
 }
 
+// Rank 1 sets MIMATRIX_TEST_DISAGREE ("NAME=value") in its environment; start-up must fail.
+MIMATRIX_SCENARIO(settings_disagree) {
+  const std::string setting = std::getenv("MIMATRIX_TEST_DISAGREE");
+  if (std::atoi(std::getenv("RANK")) == 1) {
+    const auto eq = setting.find('=');
+    ::setenv(setting.substr(0, eq).c_str(), setting.substr(eq + 1).c_str(), 1);
+  }
+  try {
+    communicator<fabric> comm;
+    std::printf("rank %d: started although %s on rank 1 only\n", comm.rank(), setting.c_str());
+    return 1;
+  } catch (const error& e) {
+    std::printf("CAUGHT %s 0: %s\n", e.code().message().c_str(), e.what());
+    return 0;
+  }
+}
+
 /// The CAUGHT line a rank printed.
 std::string caught(const bootstrap::launch_result& r, int rank) {
   const std::string& out = r.output[std::size_t(rank)];
@@ -280,6 +297,26 @@ TEST(fabric_recovery, the_call_after_a_count_mismatch_is_exact_or_refused_alike_
           }
         }
       }
+}
+
+// Issue 11 item 6 (settings that fix a message's route or a schedule's chunks): one rank
+// set otherwise timed out at start-up or in the calls; now every rank names it at once.
+TEST(fabric_start_up, a_setting_that_must_agree_and_does_not_is_named_by_every_rank) {
+  constexpr int ranks = 3;
+  for (const auto& [provider, setting, theirs] :
+       {std::tuple<std::string, std::string, std::string>{"shm", "MIMATRIX_BULK=off", "has MIMATRIX_BULK=on"},
+        {"shm", "MIMATRIX_MAILBOX=off", "has MIMATRIX_MAILBOX=on"},
+        {"tcp;ofi_rxm", "MIMATRIX_CHUNK_BYTES=65536", "MIMATRIX_CHUNK_BYTES="}}) {
+    SCOPED_TRACE(provider + " " + setting);
+    const auto r = test::run_ranks(ranks, provider, "settings_disagree", {{"MIMATRIX_TEST_DISAGREE", setting}});
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    for (int rank = 0; rank < ranks; ++rank) {
+      const std::string line = caught(r, rank);
+      EXPECT_NE(line.find("CAUGHT ranks disagree on the collective"), std::string::npos) << test::all_output(r);
+      EXPECT_NE(line.find(rank == 1 ? setting.substr(0, setting.find('=')) : theirs), std::string::npos) << line;
+      EXPECT_NE(line.find("set it alike on every rank"), std::string::npos) << line;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(over, fabric_failure,

@@ -297,6 +297,11 @@ class endpoint {
   static std::string available_providers();
   void open();
   void exchange_addresses();
+  /// What every rank must set alike (both ends pick a message's route by it, and the
+  /// schedules cut chunks by it), as "NAME=value" words.
+  std::string agreed_settings() const;
+  /// Throws `mismatch` naming the first setting `peer` has otherwise.
+  void check_agreement(const std::string& mine, const std::string& theirs, int peer) const;
   /// Every rank learns every window's address and key; one-sided calls use the
   /// smallest half any rank has, so every rank decides alike which calls fit.
   void exchange_windows();

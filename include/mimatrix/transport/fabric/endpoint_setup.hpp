@@ -11,12 +11,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -155,33 +157,79 @@ inline void endpoint::exchange_addresses() {
   // would otherwise fail later with an unreadable address. So does the process, which
   // peers on this host watch for its end.
   const auto self = bootstrap::detail::process_mark::self();
-  const std::string tagged = provider_ + '\n' + self.encode() + '\n';
+  const std::string agreed = agreed_settings();
+  const std::string tagged = provider_ + '\n' + self.encode() + '\n' + agreed + '\n';
   std::vector<std::byte> mine(tagged.size() + name.size());
   std::memcpy(mine.data(), tagged.data(), tagged.size());
   std::memcpy(mine.data() + tagged.size(), name.data(), name.size());
   const auto all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout);
+  // Every rank checks every address first: each sees the same disagreement, and none
+  // leaves (rank 0 takes the tcp store with it) before the others have read theirs.
+  std::vector<std::size_t> skips(static_cast<std::size_t>(size_));
+  try {
+    for (int peer = 0; peer < size_; ++peer) {
+      const auto& bytes = all[std::size_t(peer)];
+      const auto* text = reinterpret_cast<const char*>(bytes.data());
+      const auto* last = text + bytes.size();
+      const auto* end = std::find(text, last, '\n');
+      const std::string theirs(text, end);
+      if (theirs != provider_)
+        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
+                                        provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
+                                        "'; set MIMATRIX_PROVIDER alike on every rank");
+      const auto* mark_end = std::find(end + 1, last, '\n');
+      const auto* agreed_end = std::find(std::min(mark_end + 1, last), last, '\n');
+      if (agreed_end == last)
+        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
+                                        std::to_string(peer) + " published a malformed address");
+      if (const auto mark = bootstrap::detail::process_mark::decode({end + 1, std::size_t(mark_end - end - 1)});
+          peer != rank_ && mark && self.can_check(*mark))
+        local_processes_.emplace_back(peer, *mark);
+      check_agreement(agreed, std::string(mark_end + 1, agreed_end), peer);
+      skips[std::size_t(peer)] = static_cast<std::size_t>(agreed_end - text) + 1;
+    }
+  } catch (const error&) {
+    try {
+      bootstrap::barrier(*store_, prefix_ + "disagree", size_,
+                         std::min(settings_.startup_timeout, std::chrono::milliseconds(5000)));
+    } catch (const error&) {  // a rank that does not come: the disagreement is still the news
+    }
+    throw;
+  }
   peers_.assign(std::size_t(size_), FI_ADDR_NOTAVAIL);
   for (int peer = 0; peer < size_; ++peer) {
     const auto& bytes = all[std::size_t(peer)];
-    const auto* text = reinterpret_cast<const char*>(bytes.data());
-    const auto* end = std::find(text, text + bytes.size(), '\n');
-    const std::string theirs(text, end);
-    if (theirs != provider_)
-      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
-                                      provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
-                                      "'; set MIMATRIX_PROVIDER alike on every rank");
-    const auto* mark_end = std::find(end + 1, text + bytes.size(), '\n');
-    if (mark_end == text + bytes.size())
-      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
-                                      std::to_string(peer) + " published a malformed address");
-    if (const auto mark = bootstrap::detail::process_mark::decode({end + 1, std::size_t(mark_end - end - 1)});
-        peer != rank_ && mark && self.can_check(*mark))
-      local_processes_.emplace_back(peer, *mark);
-    const std::size_t skip = static_cast<std::size_t>(mark_end - text) + 1;
-    const int inserted = fi_av_insert(av_, bytes.data() + skip, 1, &peers_[std::size_t(peer)], 0, nullptr);
+    const int inserted =
+        fi_av_insert(av_, bytes.data() + skips[std::size_t(peer)], 1, &peers_[std::size_t(peer)], 0, nullptr);
     if (inserted != 1)
       check_fabric_call(inserted < 0 ? inserted : -FI_EADDRNOTAVAIL, "fi_av_insert", provider_, {rank_, peer});
   }
+}
+
+inline std::string endpoint::agreed_settings() const {
+  const auto on = [&](int v) { return v == 1 || (v < 0 && provider_ == "shm") ? "on" : "off"; };
+  return std::string("MIMATRIX_MAILBOX=") + on(settings_.mailbox) + " MIMATRIX_BULK=" + on(settings_.bulk) +
+         " MIMATRIX_CHUNK_BYTES=" +
+         std::to_string(settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_)) +
+         " bulk_slots=" + std::to_string(settings_.bulk_slots);
+}
+
+inline void endpoint::check_agreement(const std::string& mine, const std::string& theirs, int peer) const {
+  if (mine == theirs) return;
+  std::istringstream a(mine), b(theirs);
+  std::string x, y;
+  while (a >> x) {
+    if (!(b >> y)) y.clear();
+    if (x == y) continue;
+    const auto eq = x.find('=');
+    const std::string name = x.substr(0, eq);
+    const std::string other = y.rfind(name + "=", 0) == 0 ? y.substr(eq + 1) : "'" + y + "'";
+    throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank has " + name + "=" +
+                                    x.substr(eq + 1) + " but rank " + std::to_string(peer) + " has " + other +
+                                    " (from the environment or fabric_options); set it alike on every rank");
+  }
+  throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " + std::to_string(peer) +
+                                  " has settings '" + theirs + "' where this rank has '" + mine + "'");
 }
 
 inline void endpoint::exchange_windows() {
