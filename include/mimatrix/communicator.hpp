@@ -5,6 +5,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "mimatrix/core/options.hpp"
@@ -25,6 +26,27 @@ class communicator {
     requires std::constructible_from<Transport, Args...>
   explicit communicator(Args&&... args) : transport_(std::forward<Args>(args)...) {
     set_progress(state_.settings().progress);
+  }
+
+  /// What split() builds a part with: its transport, and the parent's settings.
+  struct split_tag {};
+  communicator(split_tag, Transport&& part, const options& settings) : transport_(std::move(part)) {
+    state_.settings() = settings;
+    set_progress(settings.progress);
+  }
+
+  /// As MPI_Comm_split and ncclCommSplit: collective over this communicator. Ranks that
+  /// pass one color form a new communicator, ranked by `key` (ties: by rank here), with
+  /// this one's timeout and progress mode; a negative color gives none (MPI_UNDEFINED).
+  /// The parts live on their own: this one may go on, or end first.
+  std::optional<communicator> split(int color, int key)
+    requires requires(const Transport& t, int c) {
+      { t.split(c, c) } -> std::same_as<std::optional<Transport>>;
+    }
+  {
+    std::optional<Transport> part = transport_.split(color, key);
+    if (!part) return std::nullopt;
+    return std::optional<communicator>(std::in_place, split_tag{}, std::move(*part), state_.settings());
   }
 
   int rank() const { return transport_.rank(); }

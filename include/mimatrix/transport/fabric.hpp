@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -67,6 +69,11 @@ struct fabric_options {
   /// leaves it open. 0: by provider (chunk_for_provider). MIMATRIX_CHUNK_BYTES. Set alike
   /// on every rank.
   std::size_t chunk_bytes = 0;
+  /// The group's name, alike on each of its ranks. With how many endpoints of that name
+  /// this process opened before, it keys the group's entries in the store: a process may
+  /// belong to several groups, each opened in the same order by its members. split()
+  /// names the groups it makes.
+  std::string group = "world";
 };
 
 /// One rank's endpoint in a group of processes.
@@ -93,6 +100,20 @@ class fabric {
   /// An explicit identity and store (nullptr: open the store the environment names).
   MIMATRIX_DECL fabric(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store,
                        fabric_options options = {});
+
+  /// The color of split() that groups the ranks on one host (as MPI_COMM_TYPE_SHARED).
+  static constexpr int same_host = std::numeric_limits<int>::min();
+
+  /// As MPI_Comm_split and ncclCommSplit: collective over this group, every rank with a
+  /// color (< 0: none, as MPI_UNDEFINED; same_host: this host's ranks) and a key. Ranks of one color form a new group,
+  /// ranked by key, ties by rank here, with its own endpoint over the same store and
+  /// options; ranks on one host are its local ranks. None for a negative color.
+  /// Throws what start-up throws, on every rank of the new group.
+  MIMATRIX_DECL std::optional<fabric> split(int color, int key) const;
+  /// The rendezvous store the group met through (a split group shares it).
+  MIMATRIX_DECL std::shared_ptr<bootstrap::store> store() const;
+  /// This rank's identity in the group: rank, size, local rank and size.
+  MIMATRIX_DECL bootstrap::identity identity() const;
 
   /// The chunk that suits a provider (fabric_options::chunk_bytes = 0).
   MIMATRIX_DECL static std::size_t chunk_for_provider(const std::string& provider);
@@ -150,6 +171,7 @@ class fabric {
   MIMATRIX_DECL static fabric_options resolve(fabric_options o, const bootstrap::identity& id);
 
   std::shared_ptr<detail::fabric::endpoint> endpoint_;
+  fabric_options options_;  // as resolved: a split group opens with them
 };
 
 }  // namespace mimatrix::transport

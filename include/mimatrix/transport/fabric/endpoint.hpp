@@ -49,6 +49,7 @@ struct settings {
   int bulk = -1;     // chunks between local ranks through shared memory: 1, 0, -1 for shm only
   std::size_t bulk_slots = 4;  // a bulk ring's slots, each of chunk_bytes
   std::size_t chunk_bytes = 0;  // 0: by provider (endpoint::chunk_for_provider)
+  std::string group = "world";  // keys the store entries with the count of its endpoints opened here
 };
 
 /// How a rank waits on the provider: spins while a peer is likely microseconds away,
@@ -80,6 +81,16 @@ class endpoint {
   /// The calls in flight on this endpoint, and who advances them.
   progress_engine& engine() { return engine_; }
   const std::string& provider() const { return provider_; }
+  const std::shared_ptr<bootstrap::store>& store() const { return store_; }
+  const bootstrap::identity& identity() const { return identity_; }
+
+  /// A rank's part of a split: its identity in the new group, and the group's name.
+  struct split_part {
+    bootstrap::identity id;
+    std::string group;
+  };
+  /// Collective over the group (endpoint_setup.hpp): none for a negative color.
+  std::optional<split_part> split(int color, int key);
   fid_ep* ep() const { return ep_; }
   fi_addr_t address(int peer) const { return peers_[std::size_t(peer)]; }
   registration_cache& registrations() { return *mr_; }
@@ -351,6 +362,8 @@ class endpoint {
   std::shared_ptr<bootstrap::store> store_;
   settings settings_;
   std::string provider_, prefix_;
+  bootstrap::identity identity_;
+  int splits_ = 0;  // split() calls so far: every rank makes them in the same order
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;

@@ -16,7 +16,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -33,7 +37,7 @@
 namespace mimatrix::transport::detail::fabric {
 
 inline endpoint::endpoint(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store, settings with)
-    : rank_(id.rank), size_(id.size), store_(std::move(store)), settings_(std::move(with)) {
+    : rank_(id.rank), size_(id.size), store_(std::move(store)), settings_(std::move(with)), identity_(id) {
   if (size_ > wire::max_ranks)
     throw error(errc::invalid_argument, "transport::fabric: " + std::to_string(size_) + " ranks exceed the " +
                                             std::to_string(wire::max_ranks) + " a tag can name");
@@ -139,9 +143,20 @@ inline void endpoint::open() {
   pongs_.assign(std::size_t(size_), 0);
 }
 
+/// How many endpoints of group `name` this process opened before: the ranks of a group
+/// open theirs in the same order, whatever other groups each belongs to.
+inline int next_instance_of(const std::string& name) {
+  static std::mutex guard;
+  static std::map<std::string, int> opened;
+  std::lock_guard lock(guard);
+  return opened[name]++;
+}
+
 inline void endpoint::exchange_addresses() {
-  static std::atomic<int> instances{0};  // every rank opens its endpoints in the same order
-  prefix_ = "mimatrix/fabric/" + std::to_string(instances++) + "/";
+  if (settings_.group.empty() || settings_.group.find('\n') != std::string::npos)
+    throw error(errc::invalid_argument, "rank " + std::to_string(rank_) +
+                                            ": transport::fabric: a group's name must be one line, not empty");
+  prefix_ = "mimatrix/fabric/" + settings_.group + "/" + std::to_string(next_instance_of(settings_.group)) + "/";
   // Before anything is published: a second process started with this RANK fails here.
   bootstrap::claim_rank(*store_, prefix_ + "claim", rank_, settings_.startup_timeout);
   std::vector<std::byte> name(256);
@@ -204,6 +219,57 @@ inline void endpoint::exchange_addresses() {
     if (inserted != 1)
       check_fabric_call(inserted < 0 ? inserted : -FI_EADDRNOTAVAIL, "fi_av_insert", provider_, {rank_, peer});
   }
+}
+
+inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
+  const std::string name = prefix_ + "split/" + std::to_string(splits_++);
+  const std::string mine = std::to_string(color) + " " + std::to_string(key) + " " +
+                           local_mailboxes::detect_host_identity();  // one line: hostname, boot and /dev/shm ids
+  const auto all = bootstrap::all_gather(*store_, name, rank_, size_,
+                                         std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
+                                                                reinterpret_cast<const std::byte*>(mine.data()) +
+                                                                    mine.size()),
+                                         settings_.startup_timeout);
+  const bool by_host = color == std::numeric_limits<int>::min();  // fabric::same_host
+  if (color < 0 && !by_host) return std::nullopt;
+  const std::string own_host = local_mailboxes::detect_host_identity();
+  struct member {
+    int key, rank;
+    std::string host;
+  };
+  std::vector<member> members;
+  for (int r = 0; r < size_; ++r) {
+    std::istringstream in(std::string(reinterpret_cast<const char*>(all[std::size_t(r)].data()),
+                                      all[std::size_t(r)].size()));
+    int c = 0, k = 0;
+    std::string host;
+    if (!(in >> c >> k) || !std::getline(in >> std::ws, host))
+      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: split: rank " +
+                                      std::to_string(r) + " published a malformed color and key");
+    if (by_host ? c == color && host == own_host : c == color) members.push_back({k, r, host});
+  }
+  if (by_host) color = std::min_element(members.begin(), members.end(), [](const member& a, const member& b) {
+                         return a.rank < b.rank;
+                       })->rank;  // the host's first rank names its group
+  std::stable_sort(members.begin(), members.end(),
+                   [](const member& a, const member& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+  split_part part;
+  part.id.launcher = identity_.launcher;
+  part.id.size = int(members.size());
+  part.id.local_size = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i].rank == rank_) {
+      part.id.rank = int(i);
+      part.id.local_rank = part.id.local_size;
+    }
+    if (members[i].host == own_host) ++part.id.local_size;
+  }
+  // The parent's name and instance, the split's number and the color: alike on the
+  // color's ranks, unlike any other group's.
+  const std::string instance = prefix_.substr(prefix_.rfind('/', prefix_.size() - 2) + 1);
+  part.group = settings_.group + "/" + instance + "split" + name.substr(name.rfind('/') + 1) +
+               (by_host ? "/host" : "/color") + std::to_string(color);
+  return part;
 }
 
 inline std::string endpoint::agreed_settings() const {

@@ -34,8 +34,23 @@ MIMATRIX_DECL fabric::fabric(const bootstrap::identity& id, std::shared_ptr<boot
                                .window_bytes = options.window_bytes,
                                .mailbox = options.mailbox,
                                .bulk = options.bulk,
-                               .chunk_bytes = options.chunk_bytes});
+                               .chunk_bytes = options.chunk_bytes,
+                               .group = options.group});
+  options_ = std::move(options);
 }
+
+MIMATRIX_DECL std::optional<fabric> fabric::split(int color, int key) const {
+  auto part = endpoint_->split(color, key);
+  if (!part) return std::nullopt;
+  fabric_options o = options_;
+  o.provider = endpoint_->provider();  // as opened, not as asked: the parent's ranks agreed on it
+  o.group = part->group;
+  return fabric(part->id, endpoint_->store(), std::move(o));
+}
+
+MIMATRIX_DECL std::shared_ptr<bootstrap::store> fabric::store() const { return endpoint_->store(); }
+
+MIMATRIX_DECL bootstrap::identity fabric::identity() const { return endpoint_->identity(); }
 
 MIMATRIX_DECL std::size_t fabric::chunk_for_provider(const std::string& provider) {
   return detail::fabric::endpoint::chunk_for_provider(provider);
