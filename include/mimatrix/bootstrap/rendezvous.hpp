@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -215,6 +216,56 @@ inline void barrier(store& s, const std::string& name, int size, std::chrono::mi
                                    std::to_string(size) + " ranks arrived within " + std::to_string(timeout.count()) +
                                    " ms");
   }
+}
+
+/// Joins the group `name` of `size` ranks, whoever comes: a new group without restarting
+/// processes, such as the survivors of a failure, or they and a late joiner. Ranks go by
+/// arrival (an add() to "<name>/ticket"); local ranks by host (hostname and boot id).
+/// Every member passes the same name and size, then opens its transport with that
+/// identity and, as the group's name, `name` (transport::fabric_options::group). Use a
+/// new name for each generation. Throws errc::invalid_argument when `size` ranks have
+/// joined already, errc::timeout naming how many came when `timeout` passes.
+inline identity join(store& s, const std::string& name, int size, std::chrono::milliseconds timeout) {
+  if (size < 1) throw error(errc::invalid_argument, "join '" + name + "': size " + std::to_string(size) + " < 1");
+  const std::int64_t ticket = s.add(name + "/ticket", 1);
+  if (ticket > size)
+    throw error(errc::invalid_argument, "join '" + name + "' at " + s.where() + ": " + std::to_string(size) +
+                                            " ranks joined already (this is arrival " + std::to_string(ticket) +
+                                            "); a later process joins the next generation, under a new name");
+  identity id;
+  id.rank = static_cast<int>(ticket - 1);
+  id.size = size;
+  id.launcher = "join";
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof line, f)) boot = line;
+    std::fclose(f);
+  }
+  const std::string mine = std::string(host) + " " + boot;
+  std::vector<std::vector<std::byte>> hosts;
+  try {
+    hosts = all_gather(s, name + "/host", id.rank, size,
+                       std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
+                                              reinterpret_cast<const std::byte*>(mine.data() + mine.size())),
+                       timeout);
+  } catch (const error& e) {
+    if (e.code() != errc::timeout) throw;
+    const std::int64_t came = std::min<std::int64_t>(s.add(name + "/ticket", 0), size);
+    throw error(errc::timeout, "join '" + name + "' at " + s.where() + ": " + std::to_string(came) + " of " +
+                                   std::to_string(size) + " ranks joined within " + std::to_string(timeout.count()) +
+                                   " ms");
+  }
+  id.local_size = 0;
+  for (int r = 0; r < size; ++r) {
+    const std::string theirs(reinterpret_cast<const char*>(hosts[std::size_t(r)].data()), hosts[std::size_t(r)].size());
+    if (theirs != mine) continue;
+    if (r == id.rank) id.local_rank = id.local_size;
+    ++id.local_size;
+  }
+  return id;
 }
 
 }  // namespace mimatrix::bootstrap
