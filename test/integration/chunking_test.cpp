@@ -97,6 +97,25 @@ TEST(chunking, an_option_names_the_chunk) {
   EXPECT_EQ(f.suggested_policy().chunk_bytes, 12345u);
 }
 
+// Issue 11 item 4: the environment used to override explicit numeric options.
+TEST(chunking, an_explicit_option_wins_over_the_environment_and_an_unset_one_reads_it) {
+  auto store = std::make_shared<bootstrap::memory_store>();
+  ::setenv("MIMATRIX_CHUNK_BYTES", "65536", 1);
+  ::setenv("MIMATRIX_WINDOW_BYTES", "1048576", 1);
+  {
+    fabric f(bootstrap::identity{}, store, {.provider = "shm", .window_bytes = 0, .chunk_bytes = 12345});
+    EXPECT_EQ(f.suggested_policy().chunk_bytes, 12345u);
+    EXPECT_EQ(f.window_bytes(), 0u);
+  }
+  {
+    fabric f(bootstrap::identity{}, store, {.provider = "shm"});
+    EXPECT_EQ(f.suggested_policy().chunk_bytes, 65536u);
+    EXPECT_NE(f.window_bytes(), 0u);
+  }
+  ::unsetenv("MIMATRIX_CHUNK_BYTES");
+  ::unsetenv("MIMATRIX_WINDOW_BYTES");
+}
+
 TEST(chunking, every_provider_is_exact_at_its_own_chunk_and_at_a_chosen_one) {
   for (const auto& provider : test::test_providers()) {
     SCOPED_TRACE(provider);

@@ -33,42 +33,44 @@ class endpoint;
 
 namespace mimatrix::transport {
 
-/// How a fabric endpoint is opened. Each field left empty or default is read from the
-/// environment (the variable named beside it), so one binary runs on any cluster.
+/// How a fabric endpoint is opened. A field set here wins; one left unset (empty) is read
+/// from the environment (the variable named beside it), else takes the default named, so
+/// one binary runs on any cluster and a framework's explicit choice is never overridden.
 struct fabric_options {
   /// libfabric provider, e.g. "shm", "tcp;ofi_rxm", "verbs;ofi_rxm", "efa".
   /// Empty: MIMATRIX_PROVIDER, else FI_PROVIDER, else "shm" when every rank runs on this
   /// host, else libfabric's first choice.
   std::string provider;
-  /// How long start-up (store, address exchange) may take. MIMATRIX_STARTUP_TIMEOUT_MS.
-  std::chrono::milliseconds startup_timeout{60000};
+  /// How long start-up (store, address exchange) may take. MIMATRIX_STARTUP_TIMEOUT_MS,
+  /// else 60 s.
+  std::optional<std::chrono::milliseconds> startup_timeout{};
   /// Register every buffer even when the provider does not ask for it (tests the
-  /// registration path on shm and tcp). MIMATRIX_FABRIC_REGISTER=always.
-  bool register_always = false;
+  /// registration path on shm and tcp). MIMATRIX_FABRIC_REGISTER=always, else false.
+  std::optional<bool> register_always{};
   /// Memory for receiving recv_reduce data before it is reduced, reused in slots of the
   /// schedule's chunk size: small enough to stay in cache, large enough to keep several
-  /// messages in flight. MIMATRIX_STAGING_BYTES.
-  std::size_t staging_bytes = std::size_t(1) << 20;
+  /// messages in flight. MIMATRIX_STAGING_BYTES, else 1 MiB.
+  std::optional<std::size_t> staging_bytes{};
   /// Each half of the RMA window one-sided calls write into (output plus landing slots;
   /// memory is committed only where touched). Calls that do not fit, broadcasts, and
   /// every call after a failure run as messages instead. 0: no window.
-  /// MIMATRIX_WINDOW_BYTES.
-  std::size_t window_bytes = std::size_t(128) << 20;
+  /// MIMATRIX_WINDOW_BYTES, else 128 MiB.
+  std::optional<std::size_t> window_bytes{};
   /// Messages of up to 512 bytes between ranks on one host go through shared-memory
   /// mailboxes instead of the provider (a third of libfabric shm's latency). 1: always,
-  /// 0: never, -1: with the shm provider only. MIMATRIX_MAILBOX=on|off|auto. Set alike on
-  /// every rank.
-  int mailbox = -1;
+  /// 0: never, -1: with the shm provider only. MIMATRIX_MAILBOX=on|off|auto, else -1. Set
+  /// alike on every rank.
+  std::optional<int> mailbox{};
   /// Chunks of up to chunk_bytes between ranks on one host go through shared-memory rings
   /// of 4 slots a pair: the sender copies in, the receiver reduces straight out, where the
   /// provider would copy once more (shm: process_vm_readv into staging). 1: always, 0:
-  /// never, -1: with the shm provider only. MIMATRIX_BULK=on|off|auto. Set alike on
-  /// every rank. Memory: 4 chunks per ordered pair of this host's ranks.
-  int bulk = -1;
+  /// never, -1: with the shm provider only. MIMATRIX_BULK=on|off|auto, else -1. Set alike
+  /// on every rank. Memory: 4 chunks per ordered pair of this host's ranks.
+  std::optional<int> bulk{};
   /// The chunk the collectives cut large messages into, for algorithms whose policy
-  /// leaves it open. 0: by provider (chunk_for_provider). MIMATRIX_CHUNK_BYTES. Set alike
-  /// on every rank.
-  std::size_t chunk_bytes = 0;
+  /// leaves it open. 0: by provider (chunk_for_provider). MIMATRIX_CHUNK_BYTES, else 0.
+  /// Set alike on every rank.
+  std::optional<std::size_t> chunk_bytes{};
   /// The group's name, alike on each of its ranks. With how many endpoints of that name
   /// this process opened before, it keys the group's entries in the store: a process may
   /// belong to several groups, each opened in the same order by its members. split()

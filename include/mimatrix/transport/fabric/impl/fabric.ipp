@@ -24,17 +24,17 @@ MIMATRIX_DECL fabric::fabric(fabric_options options) : fabric(bootstrap::identit
 MIMATRIX_DECL fabric::fabric(const bootstrap::identity& id, std::shared_ptr<bootstrap::store> store,
                              fabric_options options) {
   options = resolve(std::move(options), id);
-  if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, options.startup_timeout));
+  if (!store) store = std::shared_ptr<bootstrap::store>(bootstrap::open_store(id, *options.startup_timeout));
   endpoint_ = std::make_shared<detail::fabric::endpoint>(
       id, std::move(store),
       detail::fabric::settings{.provider = options.provider,
-                               .startup_timeout = options.startup_timeout,
-                               .register_always = options.register_always,
-                               .staging_bytes = options.staging_bytes,
-                               .window_bytes = options.window_bytes,
-                               .mailbox = options.mailbox,
-                               .bulk = options.bulk,
-                               .chunk_bytes = options.chunk_bytes,
+                               .startup_timeout = *options.startup_timeout,
+                               .register_always = *options.register_always,
+                               .staging_bytes = *options.staging_bytes,
+                               .window_bytes = *options.window_bytes,
+                               .mailbox = *options.mailbox,
+                               .bulk = *options.bulk,
+                               .chunk_bytes = *options.chunk_bytes,
                                .group = options.group});
   options_ = std::move(options);
 }
@@ -114,27 +114,36 @@ MIMATRIX_DECL fabric_options fabric::resolve(fabric_options o, const bootstrap::
     if (*end != '\0' || v < least) throw bad(name, want, text);
     return v;
   };
+  // What the caller left unset: the variable if set, else `fallback`.
+  const auto bytes = [&](std::optional<std::size_t>& field, const char* name, long long least, const std::string& want,
+                         std::size_t fallback) {
+    if (field) return;
+    const auto v = number(name, least, want);
+    field = v ? std::size_t(*v) : fallback;
+  };
+  // on | off | auto as 1 | 0 | -1, if the variable is set; else auto.
+  const auto switch_of = [&](std::optional<int>& field, const char* name) {
+    if (field) return;
+    const std::string v = env(name);
+    if (!v.empty() && v != "on" && v != "off" && v != "auto") throw bad(name, "'on', 'off' or 'auto'", v);
+    field = v == "on" ? 1 : v == "off" ? 0 : -1;
+  };
   if (o.provider.empty()) o.provider = env("MIMATRIX_PROVIDER");
   if (o.provider.empty()) o.provider = env("FI_PROVIDER");
   if (o.provider.empty() && id.local_size == id.size) o.provider = "shm";
-  if (auto v = number("MIMATRIX_STARTUP_TIMEOUT_MS", 1, "a positive number of milliseconds"))
-    o.startup_timeout = std::chrono::milliseconds(*v);
-  o.startup_timeout = bounded_timeout(o.startup_timeout);  // 9223372036854775807 ms: "never", not an overflow
-  if (auto v = number("MIMATRIX_STAGING_BYTES", 1, "a positive number of bytes")) o.staging_bytes = std::size_t(*v);
-  if (auto v = number("MIMATRIX_CHUNK_BYTES", 1, "a positive number of bytes")) o.chunk_bytes = std::size_t(*v);
-  if (auto v = number("MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)"))
-    o.window_bytes = std::size_t(*v);
-  // on | off | auto as 1 | 0 | -1, if the variable is set.
-  const auto switch_of = [&](const char* name, int& into) {
-    const std::string v = env(name);
-    if (v.empty()) return;
-    if (v != "on" && v != "off" && v != "auto") throw bad(name, "'on', 'off' or 'auto'", v);
-    into = v == "on" ? 1 : v == "off" ? 0 : -1;
-  };
-  switch_of("MIMATRIX_MAILBOX", o.mailbox);
-  switch_of("MIMATRIX_BULK", o.bulk);
-  if (const std::string reg = env("MIMATRIX_FABRIC_REGISTER"); !reg.empty()) {
-    if (reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
+  if (!o.startup_timeout) {
+    const auto v = number("MIMATRIX_STARTUP_TIMEOUT_MS", 1, "a positive number of milliseconds");
+    o.startup_timeout = std::chrono::milliseconds(v ? *v : 60000);
+  }
+  o.startup_timeout = bounded_timeout(*o.startup_timeout);  // 9223372036854775807 ms: "never", not an overflow
+  bytes(o.staging_bytes, "MIMATRIX_STAGING_BYTES", 1, "a positive number of bytes", std::size_t(1) << 20);
+  bytes(o.chunk_bytes, "MIMATRIX_CHUNK_BYTES", 1, "a positive number of bytes", 0);
+  bytes(o.window_bytes, "MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)", std::size_t(128) << 20);
+  switch_of(o.mailbox, "MIMATRIX_MAILBOX");
+  switch_of(o.bulk, "MIMATRIX_BULK");
+  if (!o.register_always) {
+    const std::string reg = env("MIMATRIX_FABRIC_REGISTER");
+    if (!reg.empty() && reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
     o.register_always = reg == "always";
   }
   return o;
