@@ -6,8 +6,10 @@
 #include <concepts>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/transport/backend.hpp"
@@ -33,6 +35,24 @@ class communicator {
   communicator(split_tag, Transport&& part, const options& settings) : transport_(std::move(part)) {
     state_.settings() = settings;
     set_progress(settings.progress);
+  }
+
+  /// Ends every call in flight and every later one, here and on every rank, with
+  /// errc::aborted naming this rank and `why` (as ncclCommAbort). Safe from any thread: a
+  /// watchdog's, or a job server client's. The communicator is then only good to destroy.
+  void abort(const std::string& why = {})
+    requires requires(Transport& t, const std::string& w) { t.abort(w); }
+  {
+    transport_.abort(why);
+  }
+
+  /// A failure known before anyone waits (as ncclCommGetAsyncError): an abort, a failed
+  /// call here or on another rank, a peer on this host whose process ended. Safe from any
+  /// thread.
+  std::optional<error> async_error()
+    requires requires(Transport& t) { { t.async_error() } -> std::same_as<std::optional<error>>; }
+  {
+    return transport_.async_error();
   }
 
   /// As MPI_Comm_split and ncclCommSplit: collective over this communicator. Ranks that

@@ -1,8 +1,9 @@
 // request: the handle a non-blocking collective returns. Progress happens inside
 // test() and wait(), as in MPI; a request that goes out of scope waits first, so
-// no peer can still be reading the caller's buffers.
+// no peer can still be reading the caller's buffers, and reports a failure on stderr.
 #pragma once
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -65,10 +66,16 @@ class [[nodiscard]] request {
     if (ec) last_message_ = op_->message();
     op_.reset();
   }
+  /// Waits for a request dropped unfinished; its error has no one to go to, so it goes to
+  /// stderr, always: a failed call must never pass unseen.
   void finish_quietly() noexcept {
     if (!op_) return;
-    std::error_code ignored;
-    op_->wait(ignored);
+    std::error_code ec;
+    op_->wait(ec);
+    if (ec) {
+      const std::string line = "mimatrix WARN a request dropped without wait() failed: " + op_->message() + "\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+    }
     op_.reset();
   }
 

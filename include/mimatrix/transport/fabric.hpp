@@ -112,6 +112,14 @@ class fabric {
   /// options; ranks on one host are its local ranks. None for a negative color.
   /// Throws what start-up throws, on every rank of the new group.
   MIMATRIX_DECL std::optional<fabric> split(int color, int key) const;
+  /// Ends every call in flight and every later one with `aborted`, on every rank of the
+  /// group (as ncclCommAbort): `why` reaches them in the error. From any thread.
+  MIMATRIX_DECL void abort(const std::string& why);
+  /// A failure known before anyone waits (as ncclCommGetAsyncError): an abort, a call that
+  /// failed here or on another rank, or a peer on this host whose process has ended.
+  /// Reads the provider's queue once. From any thread.
+  MIMATRIX_DECL std::optional<error> async_error();
+
   /// The rendezvous store the group met through (a split group shares it).
   MIMATRIX_DECL std::shared_ptr<bootstrap::store> store() const;
   /// This rank's identity in the group: rank, size, local rank and size.

@@ -126,6 +126,8 @@ class step_executor : public execution {
   void fail(errc code, std::string message);
   /// Another rank failed this call.
   void fail_from(errc code, const std::string& message);
+  /// Ends this call with `message` as it is, telling no one (an abort they know of).
+  void abandon(errc code, std::string message);
   /// Gives the bookkeeping back to the transport; the executor touches it no more.
   std::unique_ptr<step_bookkeeping> release_bookkeeping() { return std::move(book_); }
 
@@ -370,6 +372,12 @@ inline void step_executor::fail(errc code, std::string message) {
   if (finished()) return;
   end_with(code, std::move(message));
   on_failure(code, true);
+}
+
+inline void step_executor::abandon(errc code, std::string message) {
+  if (finished()) return;
+  end_with(code, std::move(message));
+  on_failure(code, false);
 }
 
 inline void step_executor::fail_from(errc code, const std::string& message) {

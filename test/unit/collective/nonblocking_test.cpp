@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string>
 #include <vector>
 
 #include "mimatrix/algorithm/ring.hpp"
@@ -61,6 +63,21 @@ TEST(nonblocking, a_request_going_out_of_scope_or_discarded_finishes_first) {
     (void)sum.start(v);
     for (auto x : v) ASSERT_EQ(x, 6);
   });
+}
+
+// Issue 11 item 2: a request dropped unfinished swallowed its call's error.
+TEST(nonblocking, a_dropped_request_whose_call_fails_says_so_on_stderr) {
+  ::testing::internal::CaptureStderr();
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(std::chrono::milliseconds(100));
+    sum_t sum(comm);
+    std::vector<std::int64_t> v(10, 1);
+    if (r == 0) (void)sum.start(v);  // rank 1 never calls: it times out, and nobody waits
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("mimatrix WARN a request dropped without wait() failed: "), std::string::npos) << err;
+  EXPECT_NE(err.find("timed out"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -206,6 +206,7 @@ class endpoint {
     orphans_ = 0;  // nothing completes them now: the provider let go of them
     backlog_.clear();
     disabled_ = fabric::failure{code, std::move(why)};
+    every_call_ = &*disabled_;
   }
   const fabric::failure* disabled() const { return disabled_ ? &*disabled_ : nullptr; }
 
@@ -260,12 +261,21 @@ class endpoint {
 
   /// The failure another rank (or this one) announced for call `sequence`, if any.
   const fabric::failure* failure(std::uint64_t sequence) const {
-    if (disabled_) return &*disabled_;      // every call, in flight or not
+    if (every_call_) return every_call_;    // disabled or aborted: every call, in flight or not
     if (failures_.empty()) return nullptr;  // the common case, checked every round
     auto it = failures_.find(sequence);
     return it == failures_.end() ? nullptr : &it->second;
   }
   bool any_failure() const { return !failures_.empty(); }
+  /// The failure of the latest call that failed, here or on another rank; null if none.
+  const fabric::failure* latest_failure() const { return failures_.empty() ? nullptr : &failures_.rbegin()->second; }
+
+  /// The communicator was aborted, here or on another rank (abort_all); null if not.
+  const fabric::failure* aborted() const { return aborted_ ? &*aborted_ : nullptr; }
+
+  /// Ends every call in flight and every later one, on every rank, with `aborted` (as
+  /// ncclCommAbort). Called with the engine locked, from any thread.
+  void abort_all(const std::string& why);
 
   /// Records the failure of call `sequence` and tells every other rank.
   void announce_failure(std::uint64_t sequence, errc code, const std::string& message);
@@ -390,6 +400,8 @@ class endpoint {
   std::vector<std::unique_ptr<workspace>> workspaces_, retired_;
   std::vector<std::unique_ptr<step_bookkeeping>> books_;
   std::map<std::uint64_t, fabric::failure> failures_;
+  std::optional<fabric::failure> aborted_;   // abort_all(), here or on another rank
+  const fabric::failure* every_call_ = nullptr;  // disabled_ or aborted_, once either is
   std::optional<fabric::failure> disabled_;  // disable(): the libfabric endpoint is closed
   struct queued_control {
     posted_op* request;

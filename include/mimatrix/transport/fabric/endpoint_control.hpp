@@ -31,6 +31,18 @@ inline void endpoint::announce_failure(std::uint64_t sequence, errc code, const 
     if (!progress()) std::this_thread::yield();
 }
 
+inline void endpoint::abort_all(const std::string& why) {
+  if (aborted_ || disabled_) return;
+  const std::string text = "rank " + std::to_string(rank_) + " aborted the communicator" + (why.empty() ? "" : ": " + why);
+  aborted_ = fabric::failure{errc::aborted, text};
+  every_call_ = &*aborted_;
+  const auto now = clock::now();
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) send_control(peer, {wire::control_type::shutdown, errc::aborted, rank_, 0, text}, now + control_patience);
+  while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
+    if (!progress()) std::this_thread::yield();
+}
+
 inline std::vector<int> endpoint::silent_peers(std::chrono::milliseconds grace) {
   const std::uint64_t nonce = ++nonce_;
   const auto until = clock::now() + grace;
@@ -109,6 +121,13 @@ inline void endpoint::on_control(const wire::control_message& m) {
       if (m.source >= 0 && m.source < size_)
         send_control(m.source, {wire::control_type::pong, errc::aborted, rank_, m.value, {}},
                      clock::now() + control_patience);
+      break;
+    case wire::control_type::shutdown:
+      if (!aborted_ && !disabled_) {
+        aborted_ = fabric::failure{errc::aborted, m.text};
+        every_call_ = &*aborted_;
+        relay(m);
+      }
       break;
     case wire::control_type::pong:
       if (m.source >= 0 && m.source < size_)

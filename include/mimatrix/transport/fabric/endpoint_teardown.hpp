@@ -24,7 +24,8 @@ inline void endpoint::say_goodbye() noexcept {
   try {
     // Every store request is bounded by what is left: a frozen rank 0 (its store's host)
     // must not hold the others past the limit.
-    const auto limit = any_failure() ? goodbye_after_failure : settings_.startup_timeout;
+    const auto limit =
+        any_failure() || aborted_ || !ended_peers().empty() ? goodbye_after_failure : settings_.startup_timeout;
     const auto until = clock::now() + limit;
     const auto left = [&] {
       return std::max(std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()), std::chrono::milliseconds(1));

@@ -97,6 +97,8 @@ class execution final : public step_executor, private call {
     register_whole_buffers();
     if (const fabric::failure* d = ep_->disabled())
       fail(d->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + d->message);
+    else if (const fabric::failure* a = ep_->aborted())
+      abandon(a->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + a->message);
     else if (auto f = ep_->failure(sig.sequence))
       fail_from(f->code, f->message);
     else
@@ -122,7 +124,7 @@ class execution final : public step_executor, private call {
   // ---- the port ---------------------------------------------------------------------
 
   bool poll() override {
-    if (auto f = ep_->failure(sig().sequence)) return fail_from(f->code, f->message), true;
+    if (auto f = ep_->failure(sig().sequence)) return end_failed(*f), true;
     // A call whose messages all go through mailboxes needs the provider only for control
     // messages (aborts, liveness probes): reading its queue every round would double the
     // latency of a small call.
@@ -141,6 +143,14 @@ class execution final : public step_executor, private call {
 
   /// A small send: the provider copies it before returning, so the step is done at once.
   posted inject(schedule::step_id id);
+
+  /// The endpoint knows this call failed: aborted (here or elsewhere), or on another rank.
+  [[gnu::cold, gnu::noinline]] void end_failed(const fabric::failure& f) {
+    if (&f == ep_->aborted())
+      abandon(f.code, "rank " + std::to_string(plan().rank) + ": " + to_string(sig()) + " ended: " + f.message);
+    else
+      fail_from(f.code, f.message);
+  }
 
   /// A post the provider refused. Providers name a dead peer's connection in their own
   /// words (rxm: -FI_EOTHER), so unless the code says so, a liveness probe decides.

@@ -91,7 +91,8 @@ inline bool earlier(std::uint32_t a, std::uint32_t b) {
   return behind != 0 && behind < (1u << (sequence_bits - 1));
 }
 
-enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3 };
+/// abort: one call failed; shutdown: the communicator was aborted (every call fails).
+enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3, shutdown = 4 };
 
 /// A control message: a fixed header and, for abort, the failure's text.
 struct control_message {

@@ -48,6 +48,22 @@ MIMATRIX_DECL std::optional<fabric> fabric::split(int color, int key) const {
   return fabric(part->id, endpoint_->store(), std::move(o));
 }
 
+MIMATRIX_DECL void fabric::abort(const std::string& why) {
+  auto lock = endpoint_->engine().lock();  // between rounds: no call is touching the endpoint
+  endpoint_->abort_all(why);
+}
+
+MIMATRIX_DECL std::optional<error> fabric::async_error() {
+  auto lock = endpoint_->engine().lock();
+  (void)endpoint_->progress();  // aborts and failures other ranks sent
+  if (const auto* a = endpoint_->aborted()) return error(a->code, "rank " + std::to_string(rank()) + ": " + a->message);
+  if (const auto* d = endpoint_->disabled()) return error(d->code, "rank " + std::to_string(rank()) + ": " + d->message);
+  if (const auto* f = endpoint_->latest_failure()) return error(f->code, "rank " + std::to_string(rank()) + ": " + f->message);
+  if (const std::string gone = endpoint_->ended_peers(); !gone.empty())
+    return error(errc::peer_lost, "rank " + std::to_string(rank()) + ": " + gone + " exited or was killed");
+  return std::nullopt;
+}
+
 MIMATRIX_DECL std::shared_ptr<bootstrap::store> fabric::store() const { return endpoint_->store(); }
 
 MIMATRIX_DECL bootstrap::identity fabric::identity() const { return endpoint_->identity(); }
