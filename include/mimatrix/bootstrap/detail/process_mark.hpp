@@ -51,19 +51,24 @@ struct process_mark {
   /// Whether `other` can be checked from this process: same boot, same pid namespace.
   bool can_check(const process_mark& other) const { return !where.empty() && where == other.where; }
 
-  /// Whether the process has ended: its pid is gone, a zombie, or another process's now.
-  bool ended() const {
+  enum class status { running, stopped, ended };
+
+  /// Whether the process has ended (its pid is gone, a zombie, or another process's now),
+  /// is stopped (SIGSTOP, a debugger), or runs (or cannot be read: the deadline holds).
+  status state() const {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    if (!stat) return true;
+    if (!stat) return status::ended;
     const std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
     const auto fields = after_name(line);
-    if (!fields) return false;  // unreadable: assume alive, the deadline still holds
+    if (!fields) return status::running;
     std::istringstream in{std::string(*fields)};
     char state = 0;
     in >> state;
-    if (state == 'Z' || state == 'X' || state == 'x') return true;
-    return start_in(in) != started;
+    if (state == 'Z' || state == 'X' || state == 'x') return status::ended;
+    if (start_in(in) != started) return status::ended;
+    return state == 'T' || state == 't' ? status::stopped : status::running;
   }
+  bool ended() const { return state() == status::ended; }
 
  private:
   /// The text after "pid (comm) ": a command name may hold spaces and parentheses.

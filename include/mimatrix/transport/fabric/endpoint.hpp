@@ -291,10 +291,12 @@ class endpoint {
 
   /// The peers on this host whose processes have ended ("rank 2 (pid 4242)"; none: ""):
   /// read from /proc, no answer from them needed.
-  /// Whether `peer` runs on this host and its process has ended.
-  bool ended(int peer) const {
+  /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric
+  /// shm (1.17) spins on a lock of the receiver's region, which a process stopped or
+  /// killed inside the provider keeps, so nothing is sent to such a peer.
+  bool unreachable(int peer) const {
     for (const auto& [rank, mark] : local_processes_)
-      if (rank == peer) return mark.ended();
+      if (rank == peer) return mark.state() != bootstrap::detail::process_mark::status::running;
     return false;
   }
 

@@ -73,9 +73,9 @@ inline void endpoint::post_control_receive(posted_op* r) {
 }
 
 inline void endpoint::send_control(int peer, const wire::control_message& m, clock::time_point until) {
-  // A process killed inside the shm provider may hold its region's lock for good: a send
-  // to it would spin forever. It is gone anyway.
-  if (ended(peer)) return;
+  // A process killed or stopped inside the shm provider may hold its region's lock: a
+  // send to it would spin until it runs again, if ever. It cannot answer anyway.
+  if (unreachable(peer)) return;
   posted_op* r = acquire(nullptr, 0);
   r->what = posted_op::purpose::control_send;
   r->payload.resize(wire::control_message::capacity);
