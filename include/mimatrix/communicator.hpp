@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "mimatrix/call_record.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
@@ -28,14 +29,23 @@ class communicator {
     requires std::constructible_from<Transport, Args...>
   explicit communicator(Args&&... args) : transport_(std::forward<Args>(args)...) {
     set_progress(state_.settings().progress);
+    state_.opened(rank(), size(), transport_name());
   }
+  ~communicator() { state_.closing(rank(), size()); }
 
   /// What split() builds a part with: its transport, and the parent's settings.
   struct split_tag {};
   communicator(split_tag, Transport&& part, const options& settings) : transport_(std::move(part)) {
     state_.settings() = settings;
     set_progress(settings.progress);
+    state_.opened(rank(), size(), transport_name());
   }
+
+  /// Calls `hook` with the record of every call that finishes from now on (collective,
+  /// algorithm, dtype, bytes, start and end, bus bandwidth, the peer waited on), on the
+  /// thread that sees it finish. MIMATRIX_TIMELINE=file.json adds one that writes a
+  /// Chrome trace. Add hooks before calls are in flight.
+  void on_call(call_hook hook) { state_.add_call_hook(std::move(hook)); }
 
   /// Ends every call in flight and every later one, here and on every rank, with
   /// errc::aborted naming this rank and `why` (as ncclCommAbort). Safe from any thread: a
@@ -101,6 +111,10 @@ class communicator {
   detail::communicator_state& state() { return state_; }
 
  private:
+  static const char* transport_name() {
+    if constexpr (requires { Transport::name; }) return Transport::name;
+    else return "a transport";
+  }
   transport::progress_engine* progress() {
     if constexpr (transport::has_progress_engine<Transport>) return &transport_.progress();
     else return nullptr;

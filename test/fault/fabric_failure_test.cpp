@@ -178,16 +178,24 @@ class fabric_failure : public ::testing::TestWithParam<std::tuple<std::string, s
   }
 };
 
+/// The CAUGHT lines of the survivors of a run whose last rank was killed, checked to
+/// have died of it while they exited 0; empty when a check failed.
+std::vector<std::string> survivors_caught(const bootstrap::launch_result& r) {
+  const int victim = int(r.status.size()) - 1;
+  std::vector<std::string> lines;
+  EXPECT_FALSE(r.timed_out) << test::all_output(r);
+  EXPECT_EQ(r.status[std::size_t(victim)], 128 + SIGKILL) << test::all_output(r);
+  for (int rank = 0; rank < victim; ++rank) {
+    EXPECT_EQ(r.status[std::size_t(rank)], 0) << test::all_output(r);
+    lines.push_back(caught(r, rank));
+    EXPECT_FALSE(lines.back().empty()) << test::all_output(r);
+  }
+  return ::testing::Test::HasFailure() ? std::vector<std::string>{} : lines;
+}
+
 TEST_P(fabric_failure, a_killed_rank_is_named_by_every_survivor_within_the_deadline) {
   constexpr int ranks = 4, victim = ranks - 1;
-  const auto r = run(ranks, "killed_rank");
-  ASSERT_FALSE(r.timed_out) << test::all_output(r);
-  EXPECT_EQ(r.status[victim], 128 + SIGKILL) << test::all_output(r);
-  for (int rank = 0; rank < victim; ++rank) {
-    SCOPED_TRACE("rank " + std::to_string(rank));
-    EXPECT_EQ(r.status[std::size_t(rank)], 0) << test::all_output(r);
-    const std::string line = caught(r, rank);
-    ASSERT_FALSE(line.empty()) << test::all_output(r);
+  for (const std::string& line : survivors_caught(run(ranks, "killed_rank"))) {
     EXPECT_TRUE(line.find("peer lost") != std::string::npos || line.find("timed out") != std::string::npos) << line;
     EXPECT_TRUE(line.find("rank(s) " + std::to_string(victim)) != std::string::npos ||
                 line.find("rank " + std::to_string(victim) + " ") != std::string::npos)
@@ -200,14 +208,7 @@ TEST_P(fabric_failure, a_killed_rank_is_named_by_every_survivor_within_the_deadl
 // probe just before the deadline (minutes with the default); its pid tells at once.
 TEST_P(fabric_failure, a_killed_rank_on_this_host_is_named_within_a_second_whatever_the_deadline) {
   constexpr int ranks = 3, victim = ranks - 1;
-  const auto r = run(ranks, "killed_rank_long_deadline");
-  ASSERT_FALSE(r.timed_out) << test::all_output(r);
-  EXPECT_EQ(r.status[victim], 128 + SIGKILL) << test::all_output(r);
-  for (int rank = 0; rank < victim; ++rank) {
-    SCOPED_TRACE("rank " + std::to_string(rank));
-    EXPECT_EQ(r.status[std::size_t(rank)], 0) << test::all_output(r);
-    const std::string line = caught(r, rank);
-    ASSERT_FALSE(line.empty()) << test::all_output(r);
+  for (const std::string& line : survivors_caught(run(ranks, "killed_rank_long_deadline"))) {
     EXPECT_NE(line.find("CAUGHT peer lost"), std::string::npos) << line;
     EXPECT_NE(line.find("rank " + std::to_string(victim)), std::string::npos) << line;
     EXPECT_LT(caught_ms(line), 1000) << line;

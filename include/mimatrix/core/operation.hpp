@@ -18,6 +18,8 @@ class operation {
   /// Blocks until finished or failed (a deadline bounds every wait).
   virtual void wait(std::error_code& ec) = 0;
   virtual const std::string& message() const = 0;
+  /// The peer whose data came last (the one the call waited on longest); -1 if none.
+  virtual int last_peer() const { return -1; }
 };
 }  // namespace detail
 

@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "mimatrix/call_record.hpp"
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/transport/fwd.hpp"
@@ -35,11 +38,22 @@ class communicator_state {
   MIMATRIX_DECL plan_cache& plans();
   MIMATRIX_DECL const plan_cache& plans() const;
 
+  /// Hooks every finished call's record reaches (communicator::on_call, the timeline).
+  void add_call_hook(call_hook hook) { hooks_.push_back(std::move(hook)); }
+  const std::vector<call_hook>& call_hooks() const { return hooks_; }
+
+  /// The communicator is up as rank `rank` of `size` over `transport`: opens the timeline
+  /// MIMATRIX_TIMELINE names, and says so at MIMATRIX_DEBUG=INFO.
+  MIMATRIX_DECL void opened(int rank, int size, const std::string& transport);
+  /// Says so at MIMATRIX_DEBUG=INFO.
+  MIMATRIX_DECL void closing(int rank, int size) const;
+
  private:
   struct calls;  // the plans and the thread whose calls are in flight
   options options_;
   std::uint64_t sequence_ = 0;
   std::unique_ptr<calls> calls_;
+  std::vector<call_hook> hooks_;
 };
 
 /// `progress.set_mode(mode)`, for headers that only declare progress_engine.

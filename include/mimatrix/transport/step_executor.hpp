@@ -135,6 +135,7 @@ class step_executor : public execution {
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
   const signature& sig() const { return sig_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  int last_peer() const final { return last_peer_; }
   std::size_t flags_expected() const { return flags_expected_; }
   std::size_t flags_raised() const { return book_->flag_sources.size(); }
   error_context context(schedule::step_id id) const;
@@ -165,6 +166,7 @@ class step_executor : public execution {
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
   clock::time_point deadline_, probe_at_, ended_check_at_;
   bool clock_started_ = false;
+  int last_peer_ = -1;  // of the last receive done
   bool probed_ = false;
 };
 
@@ -328,6 +330,8 @@ inline bool step_executor::retry_queued() {
 }
 
 inline void step_executor::complete(schedule::step_id id) {
+  if (const auto& st = plan_->steps[id]; st.kind == schedule::step_kind::recv || st.kind == schedule::step_kind::recv_reduce)
+    last_peer_ = st.peer;
   auto& s = book_->steps[id];
   s.posted = false;
   s.done = true;

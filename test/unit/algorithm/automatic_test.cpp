@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -202,7 +203,18 @@ TEST(automatic, collectives_print_the_decision_with_mimatrix_debug_info) {
     sum(v);
     sum(v);  // the schedule is cached: no second line
   });
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string all = testing::internal::GetCapturedStderr();
+  // Each communicator says when it opens and closes; the rest is the decision.
+  std::string err;
+  int opened = 0, closed = 0;
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(": communicator over inproc opened (timeout ") != std::string::npos) ++opened;
+    else if (line.find(": communicator closing after 2 call(s)") != std::string::npos) ++closed;
+    else err += line + "\n";
+  }
+  EXPECT_EQ(opened, 3) << all;
+  EXPECT_EQ(closed, 3) << all;
   // One line, from rank 0, naming the winner among the candidates that run on a ring
   // (recursive doubling at 40 bytes) with every candidate's predicted time.
   const std::string rd = algorithm::format_seconds(

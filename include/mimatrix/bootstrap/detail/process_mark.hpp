@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <fstream>
+#include <istream>
 #include <iterator>
 #include <optional>
 #include <sstream>
@@ -56,45 +57,38 @@ struct process_mark {
   /// Whether the process has ended (its pid is gone, a zombie, or another process's now),
   /// is stopped (SIGSTOP, a debugger), or runs (or cannot be read: the deadline holds).
   status state() const {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    if (!stat) return status::ended;
-    const std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto fields = after_name(line);
-    if (!fields) return status::running;
-    std::istringstream in{std::string(*fields)};
-    char state = 0;
-    in >> state;
-    if (state == 'Z' || state == 'X' || state == 'x') return status::ended;
-    if (start_in(in) != started) return status::ended;
-    return state == 'T' || state == 't' ? status::stopped : status::running;
+    std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+    if (!file) return status::ended;
+    const auto s = parse(file);
+    if (!s) return status::running;
+    if (s->state == 'Z' || s->state == 'X' || s->state == 'x' || s->started != started) return status::ended;
+    return s->state == 'T' || s->state == 't' ? status::stopped : status::running;
   }
   bool ended() const { return state() == status::ended; }
 
  private:
-  /// The text after "pid (comm) ": a command name may hold spaces and parentheses.
-  static std::optional<std::string_view> after_name(std::string_view line) {
+  struct stat_fields {
+    char state;             // field 3
+    std::uint64_t started;  // field 22, starttime
+  };
+  /// /proc/<pid>/stat's fields; none when unreadable. The command name (field 2) may
+  /// hold spaces and parentheses: the fields start after its last ')'.
+  static std::optional<stat_fields> parse(std::istream& file) {
+    const std::string line((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
     const auto close = line.rfind(')');
-    if (close == std::string_view::npos || close + 2 > line.size()) return std::nullopt;
-    return line.substr(close + 2);
-  }
-  /// Field 22 (starttime) from a stream positioned after field 3 (state).
-  static std::uint64_t start_in(std::istringstream& in) {
+    if (close == std::string::npos || close + 2 > line.size()) return std::nullopt;
+    std::istringstream in(line.substr(close + 2));
+    stat_fields f{};
     std::string skip;
+    in >> f.state;
     for (int field = 4; field < 22; ++field) in >> skip;
-    std::uint64_t ticks = 0;
-    in >> ticks;
-    return ticks;
+    if (!(in >> f.started)) return std::nullopt;
+    return f;
   }
   static std::optional<std::uint64_t> start_of(long pid) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    const std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto fields = after_name(line);
-    if (!fields) return std::nullopt;
-    std::istringstream in{std::string(*fields)};
-    char state = 0;
-    in >> state;
-    const std::uint64_t ticks = start_in(in);
-    return ticks ? std::optional(ticks) : std::nullopt;
+    std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+    const auto s = parse(file);
+    return s && s->started ? std::optional(s->started) : std::nullopt;
   }
 };
 

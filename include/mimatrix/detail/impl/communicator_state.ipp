@@ -3,12 +3,16 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/log.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/detail/timeline.hpp"
 #include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::detail {
@@ -45,6 +49,24 @@ MIMATRIX_DECL std::uint64_t communicator_state::next_sequence(int rank, transpor
 
 MIMATRIX_DECL plan_cache& communicator_state::plans() { return calls_->plans; }
 MIMATRIX_DECL const plan_cache& communicator_state::plans() const { return calls_->plans; }
+
+MIMATRIX_DECL void communicator_state::opened(int rank, int size, const std::string& transport) {
+  if (const char* pattern = std::getenv("MIMATRIX_TIMELINE"); pattern && *pattern) {
+    auto file = std::make_shared<timeline_file>(timeline_path(pattern, rank, size));
+    hooks_.push_back([file](const call_record& r) { file->write(r); });
+  }
+  if (log_enabled(log_level::info))
+    log(log_level::info, "rank " + std::to_string(rank) + " of " + std::to_string(size) + ": communicator over " +
+                             transport + " opened (timeout " + std::to_string(options_.timeout.count()) +
+                             " ms, progress " + (options_.progress == progress_mode::thread ? "thread" : "caller") +
+                             ")");
+}
+
+MIMATRIX_DECL void communicator_state::closing(int rank, int size) const {
+  if (log_enabled(log_level::info))
+    log(log_level::info, "rank " + std::to_string(rank) + " of " + std::to_string(size) + ": communicator closing after " +
+                             std::to_string(sequence_) + " call(s)");
+}
 
 MIMATRIX_DECL void set_progress_mode(transport::progress_engine& progress, progress_mode mode) {
   progress.set_mode(mode);

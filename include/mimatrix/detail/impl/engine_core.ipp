@@ -10,6 +10,7 @@
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/detail/recorded_operation.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/lower.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -65,8 +66,22 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     t.fail(t.transport, sig, errc::invalid_argument, message);
     throw error(errc::invalid_argument, message);
   }
-  return request(t.start(t.transport, e.pick(e.plan_for(desc), desc), static_cast<const std::byte*>(in),
-                         static_cast<std::byte*>(out), sig, kernels, timeout.value_or(e.comm.settings().timeout)));
+  if (e.comm.call_hooks().empty())
+    return request(t.start(t.transport, e.pick(e.plan_for(desc), desc), static_cast<const std::byte*>(in),
+                           static_cast<std::byte*>(out), sig, kernels, timeout.value_or(e.comm.settings().timeout)));
+  call_record r;
+  r.start = std::chrono::steady_clock::now();
+  auto plan = e.pick(e.plan_for(desc), desc);
+  r.algorithm = plan->algorithm;
+  auto op = t.start(t.transport, std::move(plan), static_cast<const std::byte*>(in), static_cast<std::byte*>(out), sig,
+                    kernels, timeout.value_or(e.comm.settings().timeout));
+  r.kind = kind;
+  r.sequence = sig.sequence;
+  r.type = kernels.type;
+  r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
+  r.rank = t.rank;
+  r.size = t.size;
+  return request(std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks()));
 }
 
 MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule::descriptor& d, const void* in,

@@ -1,0 +1,129 @@
+// Observability (issue 11 item 5): every finished call's record reaches the user's hook,
+// and MIMATRIX_TIMELINE writes a Chrome trace that a JSON reader takes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/allgather.hpp"
+#include "mimatrix/allreduce.hpp"
+#include "mimatrix/detail/timeline.hpp"
+#include "mimatrix/transport/inproc.hpp"
+
+namespace mimatrix {
+namespace {
+
+using transport::inproc;
+using sum_t = allreduce<inproc, topology::ring, reduce::sum<float>>;
+
+TEST(observability, every_finished_call_reaches_the_hook_with_its_record) {
+  std::mutex m;
+  std::vector<call_record> seen;
+  transport::run_inproc(3, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(std::chrono::milliseconds(200));
+    comm.on_call([&](const call_record& c) {
+      std::lock_guard lock(m);
+      seen.push_back(c);
+    });
+    sum_t sum(comm);
+    std::vector<float> v(3000, 1.0f);
+    sum(v);
+    allgather<inproc, topology::ring, std::int32_t> gather(comm);
+    std::vector<std::int32_t> in(10, r), out(30);
+    gather(in, out);
+    // A call that fails: rank 2 never joins it.
+    if (r != 2) {
+      EXPECT_THROW(sum(v), error);
+    }
+  });
+  ASSERT_EQ(seen.size(), 3u + 3u + 2u);
+  int allreduces = 0, gathers = 0, failed = 0;
+  for (const call_record& c : seen) {
+    EXPECT_EQ(c.size, 3);
+    EXPECT_EQ(c.algorithm, "ring");
+    EXPECT_GE(c.end, c.start);
+    if (c.error) {
+      ++failed;
+      EXPECT_EQ(c.error, errc::timeout);
+      EXPECT_EQ(c.sequence, 2u);
+      continue;
+    }
+    if (c.kind == schedule::collective::allreduce) {
+      ++allreduces;
+      EXPECT_EQ(c.sequence, 0u);
+      EXPECT_EQ(c.type, dtype::float32);
+      EXPECT_EQ(c.bytes, 3000u * 4);
+      EXPECT_GT(c.bus_bandwidth_gbps(), 0);
+      EXPECT_GE(c.waited_on, 0);  // a ring receives from its left neighbour
+      EXPECT_EQ(c.waited_on, (c.rank + 2) % 3);
+    } else {
+      ++gathers;
+      EXPECT_EQ(c.kind, schedule::collective::allgather);
+      EXPECT_EQ(c.bytes, 30u * 4);  // the output, as nccl-tests counts an allgather
+    }
+  }
+  EXPECT_EQ(allreduces, 3);
+  EXPECT_EQ(gathers, 3);
+  EXPECT_EQ(failed, 2);
+}
+
+TEST(observability, the_bus_bandwidth_follows_nccl_tests) {
+  call_record c;
+  c.size = 4;
+  c.bytes = 1'000'000'000;
+  c.start = {};
+  c.end = c.start + std::chrono::seconds(1);
+  c.kind = schedule::collective::allreduce;
+  EXPECT_DOUBLE_EQ(c.bus_bandwidth_gbps(), 1.5);  // 2(p-1)/p
+  c.kind = schedule::collective::allgather;
+  EXPECT_DOUBLE_EQ(c.bus_bandwidth_gbps(), 0.75);  // (p-1)/p
+  c.kind = schedule::collective::broadcast;
+  EXPECT_DOUBLE_EQ(c.bus_bandwidth_gbps(), 1.0);
+}
+
+TEST(observability, a_timeline_file_a_rank_holds_one_complete_event_a_call) {
+  EXPECT_EQ(detail::timeline_path("/tmp/t.json", 2, 4), "/tmp/t.rank2.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/t-%r.json", 2, 4), "/tmp/t-2.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/t.json", 0, 1), "/tmp/t.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/d.x/trace", 1, 2), "/tmp/d.x/trace.rank1");
+  const std::string pattern = ::testing::TempDir() + "mimatrix-timeline-%r.json";
+  ::setenv("MIMATRIX_TIMELINE", pattern.c_str(), 1);
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    sum_t sum(comm);
+    std::vector<float> v(1000, 1.0f);
+    for (int k = 0; k < 3; ++k) sum(v);
+  });
+  ::unsetenv("MIMATRIX_TIMELINE");
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(detail::timeline_path(pattern, r, 2));
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    ASSERT_FALSE(json.empty());
+    EXPECT_EQ(json.front(), '[');
+    EXPECT_EQ(json[json.find_last_not_of(" \n")], ']');
+    int events = 0;
+    for (auto at = json.find("\"ph\": \"X\""); at != std::string::npos; at = json.find("\"ph\": \"X\"", at + 1)) ++events;
+    EXPECT_EQ(events, 3) << json;
+    EXPECT_NE(json.find("\"name\": \"allreduce #2\""), std::string::npos) << json;
+    EXPECT_NE(json.find("\"pid\": " + std::to_string(r)), std::string::npos) << json;
+    EXPECT_NE(json.find("\"algorithm\": \"ring\""), std::string::npos) << json;
+    // Balanced braces and no trailing comma before the closing bracket: a JSON array.
+    int depth = 0;
+    for (char ch : json) depth += ch == '{' ? 1 : ch == '}' ? -1 : 0;
+    EXPECT_EQ(depth, 0);
+    EXPECT_EQ(json.find(",\n]"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mimatrix
