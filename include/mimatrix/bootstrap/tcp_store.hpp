@@ -156,9 +156,17 @@ class tcp_store final : public store {
                                                                  std::chrono::milliseconds wait) {
     check_entry(key, op == detail::tcp_op::set ? arg.size() : 0);  // what the server would refuse
     std::lock_guard lock(mutex_);
+    if (!fd_ && timed_out_) {
+      // An earlier request timed out (a bounded wait, as a tear-down's): its reply may still
+      // come on that connection, so this one takes a new one. The server is up.
+      std::string why;
+      if (!try_connect(deadline_after(timeout_), why))
+        fail("connecting again after a request that timed out failed (key '" + key + "'): " + why);
+    }
     if (!fd_)
       throw error(errc::transport, "the connection to the rendezvous store at " + where() +
                                        " was lost by an earlier failure (key '" + key + "')");
+    timed_out_ = false;
     std::vector<std::byte> body{static_cast<std::byte>(op)};
     detail::put_u32(body, static_cast<std::uint32_t>(key.size()));
     for (char ch : key) body.push_back(static_cast<std::byte>(ch));
@@ -218,6 +226,7 @@ class tcp_store final : public store {
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
         fd_.reset();  // a late reply would be taken for the next request's
+        timed_out_ = true;
         throw error(errc::timeout, "the rendezvous store at " + where() + " did not answer for key '" + key +
                                        "' within " + std::to_string(waited_.count()) + " ms");
       }
@@ -245,6 +254,7 @@ class tcp_store final : public store {
   std::mutex mutex_;
   detail::unique_fd fd_;
   bool answered_ = false;  // the server has answered a request on fd_
+  bool timed_out_ = false;  // fd_ was dropped because a request timed out: the next connects again
   std::chrono::milliseconds waited_{0};  // how long the request in flight may wait, for its message
 };
 

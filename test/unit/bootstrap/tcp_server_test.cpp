@@ -109,6 +109,7 @@ class server_process {
   }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
 
   cost stop() {
     const char go = 1;
@@ -375,6 +376,20 @@ TEST(tcp_server, garbage_huge_prefixes_truncated_frames_idle_crowds_and_slow_cli
   if (accounted) {
     EXPECT_LT(cost.cpu_seconds, 1.0);
   }
+}
+
+// A request that timed out on a stalled server (a tear-down's bounded goodbye) used to
+// leave the client unusable for good: "lost by an earlier failure". The next request
+// connects again once the server runs.
+TEST(tcp_server, a_client_whose_request_timed_out_connects_again_for_the_next) {
+  server_process server(tcp_server_limits{});
+  tcp_store client("127.0.0.1", server.port(), false, 5s);
+  EXPECT_EQ(client.add("n", 1), 1);
+  ::kill(server.pid(), SIGSTOP);
+  EXPECT_THROW(client.add_within("n", 1, 200ms), mimatrix::error);
+  ::kill(server.pid(), SIGCONT);
+  const std::int64_t now = client.add("n", 1);  // the timed-out add may have been applied
+  EXPECT_TRUE(now == 2 || now == 3) << now;
 }
 
 }  // namespace
