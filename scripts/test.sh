@@ -89,9 +89,11 @@ CPP
   return 1
 }
 
-# The quick tier's clang build: every header alone, the examples, and what instantiates
-# every collective over every transport (typed and runtime-typed).
-clang_quick_targets=(mimatrix_header_check quickstart readme_example mimatrix-run
+# The quick tier's clang build: every header alone (header-only and separately compiled),
+# the examples, and what instantiates every collective over every transport (typed and
+# runtime-typed).
+clang_quick_targets=(mimatrix_header_check mimatrix_header_check_separate quickstart readme_example framework_example
+  mimatrix-run
   collective_allreduce_test collective_collectives_test collective_every_algorithm_test
   transport_progress_test integration_collectives_test)
 
