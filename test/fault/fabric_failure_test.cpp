@@ -161,6 +161,16 @@ MIMATRIX_SCENARIO(settings_disagree) {
   }
 }
 
+// Rank 0 runs ring and the others recursive doubling, both chosen in code: their first
+// messages meet, and the signature they carry names the disagreement.
+MIMATRIX_SCENARIO(algorithms_disagree) {
+  ::setenv("MIMATRIX_TEST_ALGO", std::atoi(std::getenv("RANK")) == 0 ? "ring" : "recursive_doubling", 1);
+  return with_allreduce([](communicator<fabric>& comm, auto& sum) {
+    std::vector<int> data(1000, 1);
+    return expect_error(comm, [&] { sum(data); });
+  });
+}
+
 /// The CAUGHT line a rank printed.
 std::string caught(const bootstrap::launch_result& r, int rank) {
   const std::string& out = r.output[std::size_t(rank)];
@@ -307,7 +317,8 @@ TEST(fabric_start_up, a_setting_that_must_agree_and_does_not_is_named_by_every_r
   for (const auto& [provider, setting, theirs] :
        {std::tuple<std::string, std::string, std::string>{"shm", "MIMATRIX_BULK=off", "has MIMATRIX_BULK=on"},
         {"shm", "MIMATRIX_MAILBOX=off", "has MIMATRIX_MAILBOX=on"},
-        {"tcp;ofi_rxm", "MIMATRIX_CHUNK_BYTES=65536", "MIMATRIX_CHUNK_BYTES="}}) {
+        {"tcp;ofi_rxm", "MIMATRIX_CHUNK_BYTES=65536", "MIMATRIX_CHUNK_BYTES="},
+        {"tcp;ofi_rxm", "MIMATRIX_ALGO=allreduce:ring", "has MIMATRIX_ALGO=unset"}}) {
     SCOPED_TRACE(provider + " " + setting);
     const auto r = test::run_ranks(ranks, provider, "settings_disagree", {{"MIMATRIX_TEST_DISAGREE", setting}});
     ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
@@ -317,6 +328,25 @@ TEST(fabric_start_up, a_setting_that_must_agree_and_does_not_is_named_by_every_r
       EXPECT_NE(line.find(rank == 1 ? setting.substr(0, setting.find('=')) : theirs), std::string::npos) << line;
       EXPECT_NE(line.find("set it alike on every rank"), std::string::npos) << line;
     }
+  }
+}
+
+// Issue 11 item 6: ranks whose code chose different algorithms timed out at the deadline;
+// now the first message that meets names the disagreement on the rank it reaches, and
+// that rank's failure reaches the others.
+TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_with_mismatch) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(2, provider, "algorithms_disagree", {});
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    bool named = false;
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = caught(r, rank);
+      EXPECT_NE(line.find("CAUGHT ranks disagree on the collective"), std::string::npos) << test::all_output(r);
+      EXPECT_LT(caught_ms(line), timeout_ms) << line;
+      named = named || line.find("with another algorithm than this rank's") != std::string::npos;
+    }
+    EXPECT_TRUE(named) << test::all_output(r);
   }
 }
 

@@ -79,8 +79,10 @@ schedule_source bind_algorithm(Topology topo, Algorithm algo, int size, std::opt
   topo.check(size);
   if constexpr (algorithm::tunable<Algorithm>)
     if (suggested) algo.complete_policy(*suggested);
+  // algorithm::automatic says itself, at INFO, what it chose and why.
+  constexpr bool chooses = requires { requires Algorithm::name == std::string_view("automatic"); };
   return {std::make_shared<const std::pair<Topology, Algorithm>>(std::move(topo), std::move(algo)),
-          &build_with<Topology, Algorithm>};
+          &build_with<Topology, Algorithm>, chooses};
 }
 
 /// algorithm::automatic on `*topology` (automatic_source). Spelled through `Automatic`, so

@@ -39,6 +39,9 @@ struct transport_face {
 struct schedule_source {
   std::shared_ptr<const void> bound;  // what `build` reads: the algorithm and the topology
   schedule::schedule (*build)(const void* bound, const schedule::descriptor& d, int rank) = nullptr;
+  /// The algorithm chooses per call and says so itself (algorithm::automatic); otherwise
+  /// the engine says, at MIMATRIX_DEBUG=INFO, which algorithm the collective's type fixed.
+  bool chooses = false;
 };
 
 /// @par Thread Safety

@@ -103,6 +103,16 @@ class step_executor : public execution {
   }
   /// A receive's data has been consumed: its buffer may be reused.
   virtual void consumed(schedule::step_id id) { (void)id; }
+  /// Puts a receive's data where its step says (a copy, or a reduction into dst); true
+  /// when done now, false when the transport completes the step later (a simulated
+  /// transport charges the reduction's time). Without data (null), only the time counts.
+  virtual bool land(schedule::step_id id, const std::byte* data);
+  /// Runs a reduce, reduce_slots, copy or finalize step: true when done now, false when
+  /// the transport completes it later.
+  virtual bool run_local(schedule::step_id id) {
+    run_local_step(kernels_, step_at(id), mem_, plan_->desc.size);
+    return true;
+  }
   /// The transport's part of ending with an error: tell the others (unless the failure
   /// came from them), take back what is posted, let go of the call's memory.
   virtual void on_failure(errc code, bool tell_others) = 0;
@@ -128,6 +138,20 @@ class step_executor : public execution {
   void fail_from(errc code, const std::string& message);
   /// Ends this call with `message` as it is, telling no one (an abort they know of).
   void abandon(errc code, std::string message);
+  /// Starts loading what running or completing step `id` touches: a transport that
+  /// knows which steps of many calls come next (a simulator of thousands of ranks)
+  /// overlaps their cache misses instead of taking them one by one.
+  void prefetch(schedule::step_id id) const {
+    __builtin_prefetch(plan_->steps.data() + id);
+    __builtin_prefetch(book_->steps.data() + id);
+    __builtin_prefetch(book_->pending.data() + id);
+    __builtin_prefetch(plan_->dep_begin.data() + id);
+    __builtin_prefetch(plan_->successor_begin.data() + id);
+  }
+  /// prefetch() for the steps that are ready to start.
+  void prefetch_ready_steps() const {
+    for (schedule::step_id id : book_->ready) prefetch(id);
+  }
   /// Gives the bookkeeping back to the transport; the executor touches it no more.
   std::unique_ptr<step_bookkeeping> release_bookkeeping() { return std::move(book_); }
 
@@ -145,8 +169,11 @@ class step_executor : public execution {
 
   host_buffers mem_;
 
- private:
+  /// One round; a transport that drives its calls itself (the simulator, whose time is
+  /// not the clock's) runs rounds directly instead of through the engine.
   bool advance() final;
+
+ private:
   void idle(int rounds) final;
   bool start_ready();
   bool retry_queued();
@@ -253,10 +280,15 @@ inline bool step_executor::start_ready() {
     s.ready = true;
     switch (st.kind) {
       case schedule::step_kind::send:
-      case schedule::step_kind::recv:
       case schedule::step_kind::write:
       case schedule::step_kind::notify:
         post_now(id);
+        break;
+      case schedule::step_kind::recv:
+        if (s.arrived)  // a transport that takes messages before their receive is ready
+          consume(id, arrived_data(id));
+        else
+          post_now(id);
         break;
       case schedule::step_kind::recv_reduce:
         if (s.arrived)
@@ -271,8 +303,10 @@ inline bool step_executor::start_ready() {
           book_->flag_waits.push_back(id);
         break;
       default:
-        run_local_step(kernels_, st, mem_, plan_->desc.size);
-        complete(id);
+        if (run_local(id))
+          complete(id);
+        else
+          s.posted = true;
     }
   }
   ready.clear();
@@ -346,13 +380,22 @@ inline void step_executor::arrive(schedule::step_id id, const std::byte* data) {
     book_->steps[id].arrived = true;
 }
 
-inline void step_executor::consume(schedule::step_id id, const std::byte* data) {
+inline bool step_executor::land(schedule::step_id id, const std::byte* data) {
   const schedule::step& st = step_at(id);
+  if (!data) return true;
   if (st.kind == schedule::step_kind::recv_reduce)
     kernels_.combine(mem_.write(st.dst), mem_.read(st.src), data, st.dst.bytes);
   else if (st.dst.bytes)
     std::memcpy(mem_.write(st.dst), data, st.dst.bytes);
+  return true;
+}
+
+inline void step_executor::consume(schedule::step_id id, const std::byte* data) {
   book_->steps[id].arrived = false;
+  if (!land(id, data)) {
+    book_->steps[id].posted = true;  // the transport completes it
+    return;
+  }
   consumed(id);
   complete(id);
 }

@@ -228,5 +228,28 @@ TEST(automatic, collectives_print_the_decision_with_mimatrix_debug_info) {
                      ", recursive_doubling " + rd + "*\n");
 }
 
+// Issue 11 item 5: a collective whose type fixes the algorithm says which at INFO too,
+// once per call shape and from rank 0 only.
+TEST(automatic, a_fixed_algorithm_is_named_at_info_once_per_shape) {
+  testing::internal::CaptureStderr();
+  transport::run_inproc(3, [](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    allreduce<inproc, topology::ring, reduce::sum<std::int32_t>, algorithm::ring> sum(comm);
+    std::vector<std::int32_t> v(10, 1);
+    sum(v);
+    sum(v);
+  });
+  const std::string all = testing::internal::GetCapturedStderr();
+  std::string fixed;
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("fixed by") != std::string::npos) fixed += line + "\n";
+  EXPECT_EQ(fixed, "mimatrix INFO rank 0: allreduce of 40 bytes on 3 ranks: ring (fixed by the collective's "
+                   "Algorithm), " +
+                       std::to_string(algorithm::ring().build({}, {.size = 3, .count = 10, .elem_size = 4}, 0).steps.size()) +
+                       " steps\n")
+      << all;
+}
+
 }  // namespace
 }  // namespace mimatrix

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "mimatrix/core/log.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
@@ -133,6 +134,11 @@ MIMATRIX_DECL const plan_set& engine_core::impl::plan_for(const schedule::descri
 
 MIMATRIX_DECL plan_set engine_core::impl::build(const schedule::descriptor& d) const {
   schedule::schedule mine = build(d, transport.rank);
+  if (!source.chooses && transport.rank == 0 && log_enabled(log_level::info))
+    log(log_level::info, "rank 0: " + std::string(schedule::to_string(d.kind)) + " of " +
+                             std::to_string(std::max(d.input_bytes(), d.output_bytes())) + " bytes on " + std::to_string(d.size) + " ranks: " +
+                             mine.algorithm + " (fixed by the collective's Algorithm), " +
+                             std::to_string(mine.steps.size()) + " steps");
   plan_set p;
   if (!transport.native_one_sided) {
     const bool one_sided = std::any_of(mine.steps.begin(), mine.steps.end(), [](const schedule::step& st) {

@@ -323,6 +323,7 @@ class endpoint {
   /// What every rank must set alike (both ends pick a message's route by it, and the
   /// schedules cut chunks by it), as "NAME=value" words.
   std::string agreed_settings() const;
+  static std::string algorithm_rules();
   /// Throws `mismatch` naming the first setting `peer` has otherwise.
   void check_agreement(const std::string& mine, const std::string& theirs, int peer) const;
   /// Every rank learns every window's address and key; one-sided calls use the

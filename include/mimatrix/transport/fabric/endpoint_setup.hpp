@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -277,7 +278,18 @@ inline std::string endpoint::agreed_settings() const {
   return std::string("MIMATRIX_MAILBOX=") + on(settings_.mailbox) + " MIMATRIX_BULK=" + on(settings_.bulk) +
          " MIMATRIX_CHUNK_BYTES=" +
          std::to_string(settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_)) +
-         " bulk_slots=" + std::to_string(settings_.bulk_slots);
+         " bulk_slots=" + std::to_string(settings_.bulk_slots) + " MIMATRIX_ALGO=" + algorithm_rules();
+}
+
+/// MIMATRIX_ALGO without its spaces ("unset" when it is): ranks that pin different
+/// algorithms would run schedules that never meet.
+inline std::string endpoint::algorithm_rules() {
+  const char* v = std::getenv("MIMATRIX_ALGO");
+  if (!v) return "unset";
+  std::string rules;
+  for (const char* c = v; *c; ++c)
+    if (!std::isspace(static_cast<unsigned char>(*c))) rules += *c;
+  return rules.empty() ? "unset" : rules;
 }
 
 inline void endpoint::check_agreement(const std::string& mine, const std::string& theirs, int peer) const {

@@ -48,7 +48,7 @@ class execution final : public step_executor, private call {
             std::chrono::milliseconds timeout)
       : step_executor(endpoint->engine(), std::move(plan), sig, kernels, timeout, endpoint->take_bookkeeping()),
         ep_(std::move(endpoint)),
-        packed_(wire::pack(sig)),
+        packed_(wire::pack(sig, this->plan().algorithm)),
         ws_(ep_->take_workspace()),
         user_output_(output) {
     mem_ = {input, output, nullptr};

@@ -52,7 +52,8 @@ inline bool execution::take_flags() {
     changed = true;
     if (f.digest != digest_) {
       if (odd.empty())
-        odd = "rank " + std::to_string(f.writer) + " wrote to this rank for a call other than " + to_string(sig());
+        odd = "rank " + std::to_string(f.writer) + " wrote to this rank for a call other than " + to_string(sig()) +
+              " by '" + plan().algorithm + "' (another call, or another algorithm)";
       return;
     }
     if (odd.empty()) raise_flag(f.tag, f.writer);

@@ -37,23 +37,48 @@ constexpr std::uint64_t control_tag(int sender) {
 /// A control receive matches any control message from anyone.
 constexpr std::uint64_t control_ignore = ~control_bit;
 
+/// A 16-bit digest of an algorithm's name (FNV-1a folded), as packed signatures carry it.
+constexpr std::uint16_t algorithm_digest(std::string_view algorithm) {
+  std::uint32_t h = 2166136261u;
+  for (char c : algorithm) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return static_cast<std::uint16_t>(h ^ (h >> 16));
+}
+
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
-/// carries: [63..48] root | [47..45] dtype | [44..42] op | [41..40] kind | [39..0] count.
-/// A receiver that finds another packing than its own knows its peer runs another call.
-inline std::uint64_t pack(const signature& s) {
+/// carries: [63..48] root (broadcast) or the algorithm's digest (the others) | [47..45]
+/// dtype | [44..42] op | [41..40] kind | [39..0] count. A receiver that finds another
+/// packing than its own knows its peer runs another call, or the same call by another
+/// algorithm. (A broadcast's algorithm is left to the start-up check of MIMATRIX_ALGO.)
+inline std::uint64_t pack(const signature& s, std::string_view algorithm) {
   constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
-  return (std::uint64_t(std::uint16_t(s.root)) << 48) | (std::uint64_t(s.type) << 45) |
-         (std::uint64_t(s.op) << 42) | (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
+  const std::uint16_t top =
+      s.kind == schedule::collective::broadcast ? std::uint16_t(s.root) : algorithm_digest(algorithm);
+  return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
+         (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
 }
 inline signature unpack(std::uint64_t bits, std::uint64_t sequence) {
   signature s;
-  s.root = int(bits >> 48);
   s.type = dtype((bits >> 45) & 7);
   s.op = reduce::op_kind((bits >> 42) & 7);
   s.kind = schedule::collective((bits >> 40) & 3);
+  s.root = s.kind == schedule::collective::broadcast ? int(bits >> 48) : 0;
   s.count = bits & ((std::uint64_t(1) << 40) - 1);
   s.sequence = sequence;
   return s;
+}
+
+/// Why a peer's packed signature `theirs` is not this rank's `mine` (`sig` run by
+/// `algorithm`): "rank 2 runs allreduce #3 (...) but this rank runs ...", or, when only
+/// the algorithm differs, that.
+inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mine, const signature& sig,
+                                std::string_view algorithm) {
+  constexpr std::uint64_t below_top = (std::uint64_t(1) << 48) - 1;
+  if ((theirs & below_top) == (mine & below_top) && sig.kind != schedule::collective::broadcast)
+    return "rank " + std::to_string(peer) + " runs " + to_string(sig) + " with another algorithm than this rank's '" +
+           std::string(algorithm) + "'; every rank must choose the same (the collective's Algorithm, "
+           "call_options::algorithm, MIMATRIX_ALGO)";
+  return "rank " + std::to_string(peer) + " runs " + to_string(unpack(theirs, sig.sequence)) +
+         " but this rank runs " + to_string(sig);
 }
 
 /// The remote CQ data of a one-sided write, the flag it raises at the target:

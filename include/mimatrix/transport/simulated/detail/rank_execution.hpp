@@ -1,0 +1,217 @@
+// One simulated rank's run of its schedule: the step executor's port, with posts handed
+// to the simulation (flows on the network, work on the rank's processor) and arrivals
+// handed back by it. Also tracks each step's depth in chains of messages.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/host_steps.hpp"
+#include "mimatrix/transport/simulated/compute_costs.hpp"
+#include "mimatrix/transport/step_executor.hpp"
+
+namespace mimatrix::transport::simulated::detail {
+
+inline constexpr std::uint32_t no_message = 0xFFFFFFFFu;
+
+/// What a simulated rank asks of its simulation.
+class rank_host {
+ public:
+  virtual const compute_costs& costs() const = 0;
+  /// A send, write or notify of `st` by `rank`'s step `id`, `depth` messages deep.
+  virtual void send(int rank, schedule::step_id id, const schedule::step& st, const std::byte* data,
+                    std::uint32_t depth) = 0;
+  /// The rank's processor works `seconds` on step `id`, after what it does already.
+  virtual void compute(int rank, schedule::step_id id, double seconds) = 0;
+  /// The depth a flag with `tag` brings to `rank`.
+  virtual std::uint32_t flag_depth(int rank, std::uint32_t tag) const = 0;
+  /// A held message's data, and its end once the receive has consumed it.
+  virtual const std::byte* data(std::uint32_t m) const = 0;
+  virtual void release(std::uint32_t m) = 0;
+
+ protected:
+  ~rank_host() = default;
+};
+
+class rank_execution final : public step_executor {
+ public:
+  rank_execution(rank_host& sim, progress_engine& engine, int rank, std::shared_ptr<const schedule::schedule> plan,
+                 const signature& sig, const reduce::host_kernels& kernels, const std::byte* input, std::byte* output)
+      : step_executor(engine, std::move(plan), sig, kernels, std::chrono::hours(24), nullptr),  // time is simulated
+        sim_(sim),
+        rank_(rank),
+        depth_(this->plan().steps.size(), 0),
+        incoming_(this->plan().steps.size(), 0) {
+    if (output) {
+      scratch_.resize(this->plan().scratch_bytes);
+      held_.assign(this->plan().steps.size(), no_message);
+    }
+    mem_ = {input, output, output ? scratch_.data() : nullptr};
+    index_receives();
+    start();
+  }
+
+  ~rank_execution() override {
+    if (!finished()) abandon(errc::aborted, "transport::simulated: the simulation ended before this rank's call");
+    leave();
+  }
+
+  int rank() const { return rank_; }
+  /// Rounds until nothing moves; true once the call has ended.
+  bool run_rounds() {
+    while (!finished() && advance()) {
+    }
+    return finished();
+  }
+  std::string why_stuck() const { return stuck_reason(); }
+
+  /// Starts loading what the next arrival, or step `id`, will touch (see prefetch()).
+  void prefetch_arrival() const {
+    if (next_receive_ >= receive_steps_.size()) return;
+    __builtin_prefetch(receive_keys_.data() + next_receive_);
+    __builtin_prefetch(receive_steps_.data() + next_receive_);
+  }
+  /// The steps its next round will start.
+  void prefetch_ready() const { prefetch_ready_steps(); }
+  void prefetch_step(schedule::step_id id) const {
+    prefetch(id);
+    __builtin_prefetch(depth_.data() + id);
+  }
+
+  /// Step `id` has ended (a send's last byte left, a write landed, work done).
+  void finish(schedule::step_id id) { complete(id); }
+  /// A raised flag.
+  void flag(std::uint32_t tag, int writer) { raise_flag(tag, writer); }
+  /// A message from `from` with `tag` arrived, with `depth` messages behind it; its data
+  /// is message `m` of the simulation (or no_message without payload).
+  void take(int from, std::uint32_t tag, std::uint32_t m, std::uint32_t depth) {
+    const std::uint64_t key = receive_key(from, tag);
+    // Messages mostly come in the order of their receives: try the one after the last.
+    std::size_t at = next_receive_;
+    if (at >= receive_keys_.size() || receive_keys_[at] != key) {
+      at = std::size_t(std::lower_bound(receive_keys_.begin(), receive_keys_.end(), key) - receive_keys_.begin());
+      if (at == receive_keys_.size() || receive_keys_[at] != key)
+        throw error(errc::mismatch, "transport::simulated: rank " + std::to_string(rank_) +
+                                        " got a message from rank " + std::to_string(from) + " with tag " +
+                                        std::to_string(tag) + " that no receive of its schedule takes");
+    }
+    next_receive_ = at + 1;
+    const schedule::step_id id = receive_steps_[at];
+    incoming_[id] = depth;
+    if (!held_.empty()) held_[id] = m;
+    arrive(id, m == no_message ? nullptr : sim_.data(m));
+  }
+  /// A write's data lands in this rank's output or scratch.
+  void land_write(const schedule::region& dst, const std::vector<std::byte>& data) {
+    if (mem_.output && !data.empty()) std::memcpy(mem_.write(dst), data.data(), data.size());
+  }
+
+ private:
+  // ---- the port ---------------------------------------------------------------------
+
+  posted post(schedule::step_id id) override {
+    const schedule::step& st = step_at(id);
+    if (st.kind == schedule::step_kind::recv || st.kind == schedule::step_kind::recv_reduce)
+      return posted::started;  // matched when its message arrives
+    const std::uint32_t depth = settle(id, 0);
+    sim_.send(rank_, id, st, st.kind == schedule::step_kind::notify || !mem_.output ? nullptr : mem_.read(st.src),
+              depth);
+    return posted::started;
+  }
+
+  bool poll() override { return false; }  // the simulation pushes completions
+
+  const std::byte* arrived_data(schedule::step_id id) override {
+    return held_.empty() || held_[id] == no_message ? nullptr : sim_.data(held_[id]);
+  }
+
+  bool land(schedule::step_id id, const std::byte* data) override {
+    const schedule::step& st = step_at(id);
+    settle(id, incoming_[id]);
+    step_executor::land(id, data);
+    if (!held_.empty() && held_[id] != no_message) {
+      sim_.release(held_[id]);
+      held_[id] = no_message;
+    }
+    const compute_costs& c = sim_.costs();
+    const double rate = st.kind == schedule::step_kind::recv_reduce ? c.reduce_bytes_per_second : c.copy_bytes_per_second;
+    return charge(id, st.dst.bytes, rate);
+  }
+
+  bool run_local(schedule::step_id id) override {
+    const schedule::step& st = step_at(id);
+    settle(id, 0);
+    if (mem_.output) step_executor::run_local(id);
+    const compute_costs& c = sim_.costs();
+    switch (st.kind) {
+      case schedule::step_kind::reduce: return charge(id, st.dst.bytes, c.reduce_bytes_per_second);
+      case schedule::step_kind::reduce_slots: return charge(id, st.src.bytes, c.reduce_bytes_per_second);
+      case schedule::step_kind::copy: return charge(id, st.dst.bytes, c.copy_bytes_per_second);
+      default: return true;  // finalize: avg's division is not modelled
+    }
+  }
+
+  void on_failure(errc, bool) override {}
+
+  // ---- helpers ----------------------------------------------------------------------
+
+  /// True (done now) when the work is free; else the processor takes it on.
+  bool charge(schedule::step_id id, std::uint64_t bytes, double rate) {
+    if (rate <= 0 || bytes == 0) return true;
+    sim_.compute(rank_, id, double(bytes) / rate);
+    return false;
+  }
+
+  /// Fixes step `id`'s depth once its dependencies are done: the deepest of them, or
+  /// `incoming` (a message's) if deeper. depth_ holds depth + 1; 0 is not yet known.
+  std::uint32_t settle(schedule::step_id id, std::uint32_t incoming) {
+    std::uint32_t d = incoming;
+    for (schedule::step_id dep : plan().deps(id)) d = std::max(d, depth_of(dep));
+    depth_[id] = d + 1;
+    return d;
+  }
+  /// A done step's depth; waits are joined inside the executor, so theirs is found here.
+  std::uint32_t depth_of(schedule::step_id id) {
+    if (depth_[id]) return depth_[id] - 1;
+    const schedule::step& st = step_at(id);
+    return settle(id, st.kind == schedule::step_kind::wait && st.count ? sim_.flag_depth(rank_, st.tag) : 0);
+  }
+
+  static std::uint64_t receive_key(int from, std::uint32_t tag) { return (std::uint64_t(std::uint32_t(from)) << 32) | tag; }
+
+  /// (peer, tag) -> receive step, sorted; generators emit them in order, so the sort is
+  /// usually skipped.
+  void index_receives() {
+    const auto& steps = plan().steps;
+    for (schedule::step_id id = 0; id < steps.size(); ++id) {
+      const schedule::step& st = steps[id];
+      if (st.kind != schedule::step_kind::recv && st.kind != schedule::step_kind::recv_reduce) continue;
+      receive_keys_.push_back(receive_key(st.peer, st.tag));
+      receive_steps_.push_back(id);
+    }
+    if (std::is_sorted(receive_keys_.begin(), receive_keys_.end())) return;
+    std::vector<std::pair<std::uint64_t, schedule::step_id>> both(receive_keys_.size());
+    for (std::size_t i = 0; i < both.size(); ++i) both[i] = {receive_keys_[i], receive_steps_[i]};
+    std::sort(both.begin(), both.end());
+    for (std::size_t i = 0; i < both.size(); ++i) std::tie(receive_keys_[i], receive_steps_[i]) = both[i];
+  }
+
+  rank_host& sim_;
+  int rank_;
+  std::vector<std::uint32_t> depth_, incoming_;
+  std::vector<std::uint32_t> held_;  // with payloads: the message a receive has not consumed yet
+  std::vector<std::byte> scratch_;
+  std::vector<std::uint64_t> receive_keys_;
+  std::vector<schedule::step_id> receive_steps_;
+  std::size_t next_receive_ = 0;
+};
+
+}  // namespace mimatrix::transport::simulated::detail

@@ -1,0 +1,432 @@
+// transport::simulated: every rank of a group runs its real schedule through the one
+// step executor, in one process, while a flow-level model of the cluster's network and a
+// per-rank compute model say how long each step takes. Time is simulated, not measured.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/simulated/cluster.hpp"
+#include "mimatrix/transport/simulated/compute_costs.hpp"
+#include "mimatrix/transport/simulated/detail/rank_execution.hpp"
+#include "mimatrix/transport/simulated/network.hpp"
+#include "mimatrix/transport/step_executor.hpp"
+
+namespace mimatrix::transport::simulated {
+
+/// What one simulated call did.
+struct run_result {
+  double seconds = 0;                // when the last rank finished, from a common start
+  std::vector<double> finished;      // each rank's finish
+  std::uint64_t messages = 0;        // sends and writes
+  std::uint64_t flags_only = 0;      // notifies: synchronization without data
+  double network_bytes = 0;          // bytes that crossed links between ranks
+  /// The longest chain of messages in which each one's sending waited for the one before
+  /// it to arrive: the call's synchronizations (ring 2(p-1), halving-doubling 2 lg p,
+  /// GDRAA 2).
+  int message_rounds = 0;
+  std::size_t schedule_bytes = 0;    // the schedules' memory, all ranks
+  double wall_seconds = 0;           // the simulation's own run time (schedules built apart)
+};
+
+/// Runs one call of every rank of a group on a cluster. With payloads, every step moves
+/// and reduces real data, so the results can be checked; without (null buffers), only
+/// time moves, and thousands of ranks fit in memory.
+///
+/// @par Thread Safety
+/// One thread; a simulation is used for one call and then discarded.
+class simulation final : private detail::rank_host {
+ public:
+  simulation(cluster& net, compute_costs costs) : cluster_(net), costs_(costs) {}
+
+  /// Runs `plans[r]` on rank r. `inputs`/`outputs` are empty (no payload) or hold one
+  /// buffer per rank, sized as the plans' descriptor says.
+  run_result run(const std::vector<std::shared_ptr<const schedule::schedule>>& plans,
+                 const reduce::host_kernels& kernels, const std::vector<const std::byte*>& inputs = {},
+                 const std::vector<std::byte*>& outputs = {});
+
+  double now() const { return now_; }
+
+ private:
+  // ---- detail::rank_host: what a rank's execution calls -----------------------------
+  const compute_costs& costs() const override { return costs_; }
+  void send(int rank, schedule::step_id id, const schedule::step& st, const std::byte* data,
+            std::uint32_t depth) override;
+  void compute(int rank, schedule::step_id id, double seconds) override;
+  std::uint32_t flag_depth(int rank, std::uint32_t tag) const override;
+  const std::byte* data(std::uint32_t m) const override { return messages_[m].data.data(); }
+  void release(std::uint32_t m) override;
+
+  enum class event_kind : std::uint8_t { arrive, complete, post };
+  struct event {
+    double time;
+    std::uint64_t order;  // ties in time keep the order of scheduling
+    event_kind kind;
+    std::uint32_t message;  // arrive, post: the message; complete: the step
+    int rank;
+    bool operator>(const event& o) const { return time != o.time ? time > o.time : order > o.order; }
+  };
+  struct message {
+    int from = 0, to = 0;
+    schedule::step_id step = 0;  // the sender's step
+    schedule::step_kind kind = schedule::step_kind::send;
+    std::uint32_t tag = 0;
+    std::uint32_t depth = 0;  // of the sending step
+    schedule::region dst{};   // write: where it lands at the target
+    double bytes = 0;
+    double latency = 0;
+    std::vector<std::byte> data;  // with payloads
+  };
+
+  /// The messages from one rank to one other: one connection (a TCP stream, an RDMA
+  /// queue pair) sends them in order, each after the one before.
+  struct channel {
+    bool busy = false;
+    std::vector<std::uint32_t> waiting;  // messages not yet on the wire, oldest first
+    std::size_t next = 0;
+  };
+
+  std::uint32_t new_message();
+  channel& channel_of(int from, int to);
+  void prefetch_rank(int rank) const;
+  static constexpr std::size_t ahead = 8;  // items whose memory is loaded before their turn
+  void enqueue(std::uint32_t m);
+  void start_flow(std::uint32_t m);
+  void next_on_channel(const message& sent);
+  void deliver(std::uint32_t m);
+  void schedule_event(double time, event_kind kind, int rank, std::uint32_t what) {
+    events_.push({time, order_++, kind, what, rank});
+  }
+  void touch(int rank);
+  void advance_touched();
+  [[noreturn]] void stuck() const;
+
+  cluster& cluster_;
+  compute_costs costs_;
+  bool payloads_ = false;
+  double now_ = 0, start_ = 0;
+  std::uint64_t order_ = 0;
+  std::priority_queue<event, std::vector<event>, std::greater<>> events_;
+  std::vector<message> messages_;
+  std::vector<std::uint32_t> free_messages_;
+  std::vector<std::uint32_t> flow_message_;  // by flow id
+  std::vector<double> cpu_free_, nic_free_;
+  std::vector<std::vector<std::uint32_t>> flag_depths_;  // by rank, by tag
+  std::vector<std::unique_ptr<progress_engine>> engines_;
+  std::vector<std::unique_ptr<detail::rank_execution>> ranks_;
+  std::vector<int> touched_;
+  std::vector<char> is_touched_;
+  std::vector<link_id> path_;
+  std::vector<flow_id> done_flows_;
+  std::vector<std::uint32_t> done_messages_;
+  std::vector<std::vector<std::pair<int, channel>>> channels_;  // by from, sorted by to
+  std::vector<event> batch_;
+  run_result result_;
+};
+
+// ---- implementation ---------------------------------------------------------------------
+
+namespace detail {
+/// A progress engine's port that never waits: simulated time moves only between rounds.
+struct no_pause final : progress_port {
+  void pause(std::uint64_t, int) override {}
+};
+}  // namespace detail
+
+inline run_result simulation::run(const std::vector<std::shared_ptr<const schedule::schedule>>& plans,
+                                  const reduce::host_kernels& kernels, const std::vector<const std::byte*>& inputs,
+                                  const std::vector<std::byte*>& outputs) {
+  const auto wall = std::chrono::steady_clock::now();
+  const int p = static_cast<int>(plans.size());
+  if (p != cluster_.ranks())
+    throw error(errc::invalid_argument, "transport::simulated: " + std::to_string(p) + " schedules for a cluster of " +
+                                            std::to_string(cluster_.ranks()) + " ranks");
+  payloads_ = !outputs.empty();
+  if (payloads_ && (int(outputs.size()) != p || int(inputs.size()) != p))
+    throw error(errc::invalid_argument, "transport::simulated: with payloads, every rank needs an input and an output");
+  if (p == 0) return {};
+  result_ = {};
+  result_.finished.assign(std::size_t(p), 0);
+  cpu_free_.assign(std::size_t(p), 0);
+  nic_free_.assign(std::size_t(p), 0);
+  flag_depths_.assign(std::size_t(p), {});
+  is_touched_.assign(std::size_t(p), 0);
+  engines_.clear();
+  ranks_.clear();
+  channels_.assign(std::size_t(p), {});
+  engines_.reserve(std::size_t(p));
+  ranks_.reserve(std::size_t(p));
+  if (cluster_.net.active() != 0)
+    throw error(errc::invalid_argument, "transport::simulated: the cluster's network still carries flows");
+  start_ = now_ = cluster_.net.now();  // a network used before runs on from where it stopped
+  const auto& d = plans.front()->desc;
+  const signature sig{d.kind, kernels.op, kernels.type, d.count, d.root, 0};
+  for (int r = 0; r < p; ++r) {
+    result_.schedule_bytes += plans[std::size_t(r)]->memory_bytes();
+    engines_.push_back(std::make_unique<progress_engine>(std::make_unique<detail::no_pause>()));
+    ranks_.push_back(std::make_unique<detail::rank_execution>(
+        static_cast<detail::rank_host&>(*this), *engines_.back(), r, plans[std::size_t(r)], sig, kernels, payloads_ ? inputs[std::size_t(r)] : nullptr,
+        payloads_ ? outputs[std::size_t(r)] : nullptr));
+  }
+  for (int r = 0; r < p; ++r) touch(r);
+  advance_touched();  // every rank runs what it can at time 0
+
+  const double inf = std::numeric_limits<double>::infinity();
+  while (true) {
+    const double flow_at = cluster_.net.next_finish();
+    const double event_at = events_.empty() ? inf : events_.top().time;
+    const double t = std::min(flow_at, event_at);
+    if (t == inf) break;
+    now_ = t;
+    if (flow_at <= t) {
+      done_flows_.clear();
+      cluster_.net.finish_until(t, done_flows_);
+      // Their messages first: the flows started below may reuse these ids. In the order
+      // of their channels, not of the network's flow ids (which depend on the runs
+      // before): the same call gives the same result every time.
+      done_messages_.clear();
+      for (flow_id f : done_flows_) done_messages_.push_back(flow_message_[f]);
+      std::sort(done_messages_.begin(), done_messages_.end(), [&](std::uint32_t a, std::uint32_t b) {
+        const message &x = messages_[a], &y = messages_[b];
+        return x.from != y.from ? x.from < y.from : x.to < y.to;
+      });
+      // Thousands of ranks' state lies far apart in memory: each item's is loaded a few
+      // items ahead, so that the cache misses of many ranks overlap.
+      const std::size_t n = done_messages_.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i + 2 * ahead < n) prefetch_rank(messages_[done_messages_[i + 2 * ahead]].from);
+        if (i + ahead < n) {
+          const message& next = messages_[done_messages_[i + ahead]];
+          ranks_[std::size_t(next.from)]->prefetch_step(next.step);
+        }
+        const std::uint32_t m = done_messages_[i];
+        const message& msg = messages_[m];
+        next_on_channel(msg);
+        // The last byte has left: a send's buffer is free; the data lands a latency later.
+        if (msg.kind == schedule::step_kind::send) {
+          ranks_[std::size_t(msg.from)]->finish(msg.step);
+          touch(msg.from);
+        }
+        schedule_event(t + msg.latency, event_kind::arrive, msg.to, m);
+      }
+    }
+    while (!events_.empty() && events_.top().time <= t) {
+      batch_.clear();
+      while (!events_.empty() && events_.top().time <= t) {
+        batch_.push_back(events_.top());
+        events_.pop();
+      }
+      const std::size_t n = batch_.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i + 2 * ahead < n) prefetch_rank(batch_[i + 2 * ahead].rank);
+        if (i + ahead < n) {
+          const event& next = batch_[i + ahead];
+          if (next.kind == event_kind::arrive) ranks_[std::size_t(next.rank)]->prefetch_arrival();
+          else if (next.kind == event_kind::complete) ranks_[std::size_t(next.rank)]->prefetch_step(next.message);
+        }
+        const event& e = batch_[i];
+        switch (e.kind) {
+          case event_kind::arrive: deliver(e.message); break;
+          case event_kind::complete:
+            ranks_[std::size_t(e.rank)]->finish(e.message);
+            touch(e.rank);
+            break;
+          case event_kind::post: enqueue(e.message); break;
+        }
+      }
+    }
+    advance_touched();
+  }
+  for (int r = 0; r < p; ++r)
+    if (!ranks_[std::size_t(r)]->finished()) stuck();
+  for (int r = 0; r < p; ++r) {
+    std::error_code ec;
+    if (!ranks_[std::size_t(r)]->test(ec) || ec)
+      throw error(errc::transport, "transport::simulated: rank " + std::to_string(r) + " failed: " +
+                                       ranks_[std::size_t(r)]->message());
+    result_.seconds = std::max(result_.seconds, result_.finished[std::size_t(r)]);
+  }
+  ranks_.clear();
+  engines_.clear();
+  result_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+  return std::move(result_);
+}
+
+inline void simulation::touch(int rank) {
+  if (is_touched_[std::size_t(rank)]) return;
+  is_touched_[std::size_t(rank)] = 1;
+  touched_.push_back(rank);
+}
+
+/// Runs a round on every rank something happened to; what they post starts now.
+inline void simulation::advance_touched() {
+  for (std::size_t k = 0; k < touched_.size(); ++k) {  // a round may touch more ranks
+    if (k + ahead < touched_.size()) ranks_[std::size_t(touched_[k + ahead])]->prefetch_ready();
+    const int r = touched_[k];
+    is_touched_[std::size_t(r)] = 0;
+    auto& exec = *ranks_[std::size_t(r)];
+    if (exec.finished()) continue;
+    if (exec.run_rounds()) result_.finished[std::size_t(r)] = now_ - start_;
+  }
+  touched_.clear();
+}
+
+inline std::uint32_t simulation::new_message() {
+  if (!free_messages_.empty()) {
+    const std::uint32_t m = free_messages_.back();
+    free_messages_.pop_back();
+    return m;
+  }
+  messages_.emplace_back();
+  return static_cast<std::uint32_t>(messages_.size() - 1);
+}
+
+inline void simulation::send(int rank, schedule::step_id id, const schedule::step& st, const std::byte* data,
+                             std::uint32_t depth) {
+  const std::uint32_t m = new_message();
+  message& msg = messages_[m];
+  msg.from = rank;
+  msg.to = st.peer;
+  msg.step = id;
+  msg.kind = st.kind;
+  msg.tag = st.tag;
+  msg.depth = depth;
+  msg.dst = st.dst;
+  msg.bytes = st.kind == schedule::step_kind::notify ? 0 : double(st.src.bytes);
+  if (payloads_ && data && msg.bytes > 0)
+    msg.data.assign(data, data + st.src.bytes);  // the sender may reuse its buffer once the send completes
+  else
+    msg.data.clear();
+  if (st.kind == schedule::step_kind::notify)
+    ++result_.flags_only;
+  else
+    ++result_.messages;
+  cluster_.path(rank, st.peer, path_);
+  msg.latency = cluster_.net.path_latency(path_) + costs_.message_overhead;
+  double& free_at = nic_free_[std::size_t(rank)];
+  const double start = std::max(now_, free_at);
+  free_at = start + costs_.message_gap;
+  if (start > now_)
+    schedule_event(start, event_kind::post, rank, m);
+  else
+    enqueue(m);
+}
+
+inline simulation::channel& simulation::channel_of(int from, int to) {
+  auto& mine = channels_[std::size_t(from)];
+  auto at = std::lower_bound(mine.begin(), mine.end(), to, [](const auto& c, int peer) { return c.first < peer; });
+  if (at == mine.end() || at->first != to) at = mine.insert(at, {to, channel{}});
+  return at->second;
+}
+
+inline void simulation::prefetch_rank(int rank) const {
+  const auto* object = reinterpret_cast<const char*>(ranks_[std::size_t(rank)].get());
+  for (std::size_t at = 0; at < sizeof(detail::rank_execution); at += 64) __builtin_prefetch(object + at);
+}
+
+inline void simulation::enqueue(std::uint32_t m) {
+  const message& msg = messages_[m];
+  if (msg.bytes <= 0) return start_flow(m);  // a flag overtakes nothing it must not
+  channel& c = channel_of(msg.from, msg.to);
+  if (c.busy) return c.waiting.push_back(m);
+  c.busy = true;
+  start_flow(m);
+}
+
+/// `sent`'s last byte has left: the next message of its channel goes on the wire.
+inline void simulation::next_on_channel(const message& sent) {
+  channel& c = channel_of(sent.from, sent.to);
+  if (c.next == c.waiting.size()) {
+    c.busy = false;
+    c.waiting.clear();
+    c.next = 0;
+    return;
+  }
+  start_flow(c.waiting[c.next++]);
+}
+
+inline void simulation::start_flow(std::uint32_t m) {
+  message& msg = messages_[m];
+  if (msg.bytes <= 0) {  // a flag or an empty message: only the latency
+    if (msg.kind == schedule::step_kind::send) {
+      ranks_[std::size_t(msg.from)]->finish(msg.step);
+      touch(msg.from);
+    }
+    schedule_event(now_ + msg.latency, event_kind::arrive, msg.to, m);
+    return;
+  }
+  cluster_.path(msg.from, msg.to, path_);
+  result_.network_bytes += msg.bytes;
+  const flow_id f = cluster_.net.start(path_, msg.bytes, now_);
+  if (flow_message_.size() <= f) flow_message_.resize(std::size_t(f) + 1);
+  flow_message_[f] = m;
+}
+
+/// The message's data reaches its target: a receive takes it, or a write lands and
+/// raises its flag; a write or notify then completes at its writer.
+inline void simulation::deliver(std::uint32_t m) {
+  message& msg = messages_[m];
+  auto& target = *ranks_[std::size_t(msg.to)];
+  const std::uint32_t depth = msg.depth + 1;
+  result_.message_rounds = std::max(result_.message_rounds, int(depth));
+  if (msg.kind == schedule::step_kind::send) {
+    const bool held = !msg.data.empty();  // until the receive has consumed it (release())
+    target.take(msg.from, msg.tag, held ? m : detail::no_message, depth);
+    touch(msg.to);
+    if (!held) free_messages_.push_back(m);
+    return;
+  } else {
+    if (msg.kind == schedule::step_kind::write && !msg.data.empty()) target.land_write(msg.dst, msg.data);
+    auto& depths = flag_depths_[std::size_t(msg.to)];
+    if (depths.size() <= msg.tag) depths.resize(std::size_t(msg.tag) + 1, 0);
+    depths[msg.tag] = std::max(depths[msg.tag], depth);
+    target.flag(msg.tag, msg.from);
+    ranks_[std::size_t(msg.from)]->finish(msg.step);
+    touch(msg.from);
+  }
+  touch(msg.to);
+  release(m);
+}
+
+inline void simulation::release(std::uint32_t m) {
+  messages_[m].data.clear();
+  free_messages_.push_back(m);
+}
+
+inline void simulation::compute(int rank, schedule::step_id id, double seconds) {
+  double& free_at = cpu_free_[std::size_t(rank)];
+  const double end = std::max(now_, free_at) + seconds;
+  free_at = end;
+  schedule_event(end, event_kind::complete, rank, id);
+}
+
+inline std::uint32_t simulation::flag_depth(int rank, std::uint32_t tag) const {
+  const auto& depths = flag_depths_[std::size_t(rank)];
+  return tag < depths.size() ? depths[tag] : 0;
+}
+
+[[noreturn]] inline void simulation::stuck() const {
+  std::string why;
+  int stuck_ranks = 0;
+  for (const auto& r : ranks_)
+    if (!r->finished() && ++stuck_ranks <= 4) why += "; rank " + std::to_string(r->rank()) + " " + r->why_stuck();
+  throw error(errc::timeout, "transport::simulated: the call cannot finish: nothing is in flight at " +
+                                 std::to_string(now_) + " s and " + std::to_string(stuck_ranks) +
+                                 " rank(s) have steps left" + why);
+}
+
+}  // namespace mimatrix::transport::simulated
