@@ -14,11 +14,13 @@
 #include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/halving_doubling.hpp"
 #include "mimatrix/algorithm/hdrm.hpp"
+#include "mimatrix/algorithm/hierarchical.hpp"
 #include "mimatrix/algorithm/recursive_doubling.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/model/cost.hpp"
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/topology/bigraph.hpp"
+#include "mimatrix/topology/hierarchical.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
 
@@ -110,6 +112,35 @@ TEST(simulation, without_contention_every_algorithm_takes_the_cost_models_time) 
       expect_model_time(topology::ring{}, algorithm::halving_doubling(whole), p, bytes);
       expect_model_time(topology::mesh{}, algorithm::gdraa{}, p, bytes);
       expect_model_time(topology::bigraph{}.resolved(p), algorithm::hdrm(whole), p, bytes);
+    }
+  }
+}
+
+// Hierarchical: rings inside servers on their own fabric, a ring along every rail through
+// one NIC a GPU; the model's local link is the servers' fabric.
+TEST(simulation, without_contention_hierarchical_takes_the_cost_models_time) {
+  const algorithm::policy whole{.chunk_bytes = std::size_t(1) << 30};
+  const algorithm::hierarchical<algorithm::ring, algorithm::ring> hier{algorithm::ring(whole), algorithm::ring(whole)};
+  for (const auto& [servers, gpus] : {std::pair{2, 4}, std::pair{4, 4}, std::pair{8, 2}}) {
+    const int p = servers * gpus;
+    for (std::size_t bytes : {std::size_t(1) << 20, std::size_t(16) << 20}) {
+      SCOPED_TRACE(std::to_string(servers) + " servers of " + std::to_string(gpus) + ", " + std::to_string(bytes) +
+                   " bytes");
+      model::network m;
+      m.link = model::link_model::from_rates(5e-6, 10e9, 20e9);
+      m.local = model::link_model::from_rates(5e-6, 40e9, 20e9);  // every message pays the same α here
+      m.ranks_per_node = gpus;
+      cluster_config c{.ranks = p, .per_server = gpus, .link_gbps = 80, .latency_us = 0, .pcie_gbps = 0,
+                       .intra_gbps = 320, .server_latency_us = 0, .servers_per_leaf = servers};
+      auto net = make_fat_tree(c);
+      compute_costs costs;
+      costs.reduce_bytes_per_second = 20e9;
+      costs.message_overhead = 5e-6;
+      const schedule::descriptor desc{collective::allreduce, p, bytes / 4, 4};
+      const double simulated =
+          simulate(net, topology::hierarchical<topology::ring, topology::ring>(gpus), hier, desc, costs).seconds;
+      const double predicted = *model::predict("hierarchical", m, desc);
+      EXPECT_NEAR(simulated, predicted, 0.05 * predicted) << "simulated " << simulated << " s, model " << predicted;
     }
   }
 }
