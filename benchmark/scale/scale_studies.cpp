@@ -98,7 +98,7 @@ class data_file {
 template <class Topology, class Algorithm>
 void speed_row(const char* name, int p, const Topology& topo, const Algorithm& algo, cluster net) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto plans = build_schedules(topo, algo, allreduce_of(p, 64 << 20));
+  const auto plans = build_schedules(topo, algo, allreduce_of(p, 64 << 20), true);
   const double build = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::size_t steps = 0;
   for (const auto& plan : plans) steps += plan->steps.size();

@@ -18,16 +18,46 @@
 
 namespace mimatrix::transport::simulated {
 
+/// Whether `b` is `a` with every rank moved `shift` places around the group: the same
+/// steps, dependencies, tags and sizes, each peer shifted. A ring's schedules are; which
+/// bytes of the buffers a step covers may differ, which only payloads see.
+inline bool is_rotation(const schedule::schedule& a, const schedule::schedule& b, int shift) {
+  const int p = a.desc.size;
+  if (a.steps.size() != b.steps.size() || a.dep_ids != b.dep_ids || a.dep_begin != b.dep_begin ||
+      a.scratch_bytes != b.scratch_bytes)
+    return false;
+  for (std::size_t i = 0; i < a.steps.size(); ++i) {
+    const schedule::step &x = a.steps[i], &y = b.steps[i];
+    if (x.kind != y.kind || x.tag != y.tag || x.count != y.count || x.src.bytes != y.src.bytes ||
+        x.dst.bytes != y.dst.bytes || x.src.where != y.src.where || x.dst.where != y.dst.where)
+      return false;
+    if (schedule::has_peer(x.kind) && y.peer != (x.peer + shift) % p) return false;
+  }
+  return true;
+}
+
 /// Every rank's schedule of `algorithm` on `topology` for `desc`, built on every core.
+/// With `share_rotations` (runs without payload), a rank's schedule that is_rotation() of
+/// rank 0's is checked, dropped, and rank 0's shared in its place: a ring of 4096 ranks
+/// then holds one schedule instead of 4 GB of them.
 template <class Topology, class Algorithm>
 std::vector<std::shared_ptr<const schedule::schedule>> build_schedules(const Topology& topology,
                                                                        const Algorithm& algorithm,
-                                                                       const schedule::descriptor& desc) {
+                                                                       const schedule::descriptor& desc,
+                                                                       bool share_rotations = false) {
   std::vector<std::shared_ptr<const schedule::schedule>> plans(std::size_t(desc.size));
+  if (desc.size < 1) return plans;
+  plans[0] = std::make_shared<const schedule::schedule>(algorithm.build(topology, desc, 0));
   const int workers = std::clamp(int(std::thread::hardware_concurrency()), 1, std::max(1, desc.size / 64));
   const auto build_from = [&](int first) {
-    for (int r = first; r < desc.size; r += workers)
-      plans[std::size_t(r)] = std::make_shared<const schedule::schedule>(algorithm.build(topology, desc, r));
+    for (int r = first; r < desc.size; r += workers) {
+      if (r == 0) continue;
+      auto mine = algorithm.build(topology, desc, r);
+      if (share_rotations && is_rotation(*plans[0], mine, r))
+        plans[std::size_t(r)] = plans[0];
+      else
+        plans[std::size_t(r)] = std::make_shared<const schedule::schedule>(std::move(mine));
+    }
   };
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) threads.emplace_back(build_from, w);
@@ -41,7 +71,7 @@ std::vector<std::shared_ptr<const schedule::schedule>> build_schedules(const Top
 template <class Topology, class Algorithm>
 run_result simulate(cluster& net, const Topology& topology, const Algorithm& algorithm,
                     const schedule::descriptor& desc, const compute_costs& costs = {}) {
-  const auto plans = build_schedules(topology, algorithm, desc);
+  const auto plans = build_schedules(topology, algorithm, desc, true);
   simulation sim(net, costs);
   return sim.run(plans, reduce::host_kernels_for(dtype::float32, reduce::op_kind::sum));
 }

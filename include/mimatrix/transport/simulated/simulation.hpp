@@ -64,7 +64,7 @@ class simulation final : private detail::rank_host {
  private:
   // ---- detail::rank_host: what a rank's execution calls -----------------------------
   const compute_costs& costs() const override { return costs_; }
-  void send(int rank, schedule::step_id id, const schedule::step& st, const std::byte* data,
+  void send(int rank, int peer, schedule::step_id id, const schedule::step& st, const std::byte* data,
             std::uint32_t depth) override;
   void compute(int rank, schedule::step_id id, double seconds) override;
   std::uint32_t flag_depth(int rank, std::uint32_t tag) const override;
@@ -133,6 +133,7 @@ class simulation final : private detail::rank_host {
   std::vector<link_id> path_;
   std::vector<flow_id> done_flows_;
   std::vector<std::uint32_t> done_messages_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> done_keys_;  // (from, to) of each
   std::vector<std::vector<std::pair<int, channel>>> channels_;  // by from, sorted by to
   std::vector<event> batch_;
   run_result result_;
@@ -175,12 +176,25 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
   start_ = now_ = cluster_.net.now();  // a network used before runs on from where it stopped
   const auto& d = plans.front()->desc;
   const signature sig{d.kind, kernels.op, kernels.type, d.count, d.root, 0};
+  // One receive index a distinct schedule: ranks may share one (a rotation, see
+  // build_schedules), which only a run without payload can (regions are rank 0's).
+  std::shared_ptr<const detail::receive_index> receives;
+  const schedule::schedule* indexed = nullptr;
   for (int r = 0; r < p; ++r) {
-    result_.schedule_bytes += plans[std::size_t(r)]->memory_bytes();
+    const auto& plan = plans[std::size_t(r)];
+    if (plan->rank != r && payloads_)
+      throw error(errc::invalid_argument, "transport::simulated: rank " + std::to_string(r) + " is given rank " +
+                                              std::to_string(plan->rank) + "'s schedule, which only a run "
+                                              "without payload may share");
+    if (plan.get() != indexed) {
+      result_.schedule_bytes += plan->memory_bytes();
+      receives = std::make_shared<const detail::receive_index>(*plan);
+      indexed = plan.get();
+    }
     engines_.push_back(std::make_unique<progress_engine>(std::make_unique<detail::no_pause>()));
     ranks_.push_back(std::make_unique<detail::rank_execution>(
-        static_cast<detail::rank_host&>(*this), *engines_.back(), r, plans[std::size_t(r)], sig, kernels, payloads_ ? inputs[std::size_t(r)] : nullptr,
-        payloads_ ? outputs[std::size_t(r)] : nullptr));
+        static_cast<detail::rank_host&>(*this), *engines_.back(), r, plan, receives, sig, kernels,
+        payloads_ ? inputs[std::size_t(r)] : nullptr, payloads_ ? outputs[std::size_t(r)] : nullptr));
   }
   for (int r = 0; r < p; ++r) touch(r);
   advance_touched();  // every rank runs what it can at time 0
@@ -198,12 +212,14 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
       // Their messages first: the flows started below may reuse these ids. In the order
       // of their channels, not of the network's flow ids (which depend on the runs
       // before): the same call gives the same result every time.
+      done_keys_.clear();
+      for (flow_id f : done_flows_) {
+        const std::uint32_t m = flow_message_[f];
+        done_keys_.push_back({std::uint64_t(messages_[m].from) << 32 | std::uint32_t(messages_[m].to), m});
+      }
+      if (!std::is_sorted(done_keys_.begin(), done_keys_.end())) std::sort(done_keys_.begin(), done_keys_.end());
       done_messages_.clear();
-      for (flow_id f : done_flows_) done_messages_.push_back(flow_message_[f]);
-      std::sort(done_messages_.begin(), done_messages_.end(), [&](std::uint32_t a, std::uint32_t b) {
-        const message &x = messages_[a], &y = messages_[b];
-        return x.from != y.from ? x.from < y.from : x.to < y.to;
-      });
+      for (const auto& [key, m] : done_keys_) done_messages_.push_back(m);
       // Thousands of ranks' state lies far apart in memory: each item's is loaded a few
       // items ahead, so that the cache misses of many ranks overlap.
       const std::size_t n = done_messages_.size();
@@ -295,12 +311,12 @@ inline std::uint32_t simulation::new_message() {
   return static_cast<std::uint32_t>(messages_.size() - 1);
 }
 
-inline void simulation::send(int rank, schedule::step_id id, const schedule::step& st, const std::byte* data,
-                             std::uint32_t depth) {
+inline void simulation::send(int rank, int peer, schedule::step_id id, const schedule::step& st,
+                             const std::byte* data, std::uint32_t depth) {
   const std::uint32_t m = new_message();
   message& msg = messages_[m];
   msg.from = rank;
-  msg.to = st.peer;
+  msg.to = peer;
   msg.step = id;
   msg.kind = st.kind;
   msg.tag = st.tag;
@@ -315,7 +331,7 @@ inline void simulation::send(int rank, schedule::step_id id, const schedule::ste
     ++result_.flags_only;
   else
     ++result_.messages;
-  cluster_.path(rank, st.peer, path_);
+  cluster_.path(rank, peer, path_);
   msg.latency = cluster_.net.path_latency(path_) + costs_.message_overhead;
   double& free_at = nic_free_[std::size_t(rank)];
   const double start = std::max(now_, free_at);

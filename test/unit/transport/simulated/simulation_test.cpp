@@ -170,6 +170,40 @@ TEST(simulation, a_message_takes_latency_plus_bytes_over_its_share) {
   EXPECT_DOUBLE_EQ(r.network_bytes, 2e6);
 }
 
+// A ring's schedules are one schedule rotated: kept once (checked rank by rank), they run
+// to the very same result as every rank's own, and a run with payloads refuses them.
+TEST(simulation, ranks_sharing_a_rotated_schedule_run_as_with_their_own) {
+  for (int p : {5, 16}) {
+    const schedule::descriptor desc{collective::allreduce, p, std::size_t(p) * 3000, 4};
+    const auto own = build_schedules(topology::ring{}, algorithm::ring{}, desc);
+    const auto shared = build_schedules(topology::ring{}, algorithm::ring{}, desc, true);
+    for (int r = 1; r < p; ++r) EXPECT_EQ(shared[std::size_t(r)].get(), shared[0].get()) << r;
+    const auto kernels = reduce::host_kernels_of<reduce::sum<float>>;
+    auto a = make_fat_tree({.ranks = p, .per_server = 2});
+    auto b = make_fat_tree({.ranks = p, .per_server = 2});
+    const run_result mine = simulation(a, {}).run(own, kernels);
+    const run_result rotated = simulation(b, {}).run(shared, kernels);
+    EXPECT_EQ(mine.seconds, rotated.seconds);
+    EXPECT_EQ(mine.finished, rotated.finished);
+    EXPECT_EQ(mine.messages, rotated.messages);
+    EXPECT_EQ(mine.message_rounds, rotated.message_rounds);
+    EXPECT_LT(rotated.schedule_bytes * std::size_t(p) / 2, mine.schedule_bytes);
+
+    std::vector<std::vector<float>> buffers(static_cast<std::size_t>(p), std::vector<float>(desc.count, 1));
+    std::vector<const std::byte*> in;
+    std::vector<std::byte*> out;
+    for (auto& v : buffers) {
+      in.push_back(reinterpret_cast<const std::byte*>(v.data()));
+      out.push_back(reinterpret_cast<std::byte*>(v.data()));
+    }
+    EXPECT_THROW((void)simulation(b, {}).run(shared, kernels, in, out), error);
+  }
+  // Halving-doubling's partners are no rotation: every rank keeps its own.
+  const schedule::descriptor hd{collective::allreduce, 8, 800, 4};
+  const auto plans = build_schedules(topology::ring{}, algorithm::halving_doubling{}, hd, true);
+  EXPECT_NE(plans[1].get(), plans[0].get());
+}
+
 TEST(simulation, schedules_that_never_meet_are_named_not_run_forever) {
   const int p = 4;
   auto net = make_contention_free({.ranks = p, .pcie_gbps = 0});
