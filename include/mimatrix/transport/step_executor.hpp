@@ -30,13 +30,14 @@ namespace mimatrix::transport {
 /// A call's bookkeeping. A transport may keep one across calls (step_executor takes and
 /// returns it) so that the steady state allocates nothing.
 struct step_bookkeeping {
-  struct status {
-    bool ready = false;    // its dependencies are done
-    bool posted = false;   // the transport has it and it has not ended
-    bool queued = false;   // refused by back-pressure; retried in order
-    bool arrived = false;  // a receive's data came before the step was ready
-    bool done = false;
+  struct status {  // one byte: a simulator holds one a step for thousands of ranks
+    bool ready : 1 = false;    // its dependencies are done
+    bool posted : 1 = false;   // the transport has it and it has not ended
+    bool queued : 1 = false;   // refused by back-pressure; retried in order
+    bool arrived : 1 = false;  // a receive's data came before the step was ready
+    bool done : 1 = false;
   };
+  static_assert(sizeof(status) == 1);
   std::vector<std::uint32_t> pending;  // unfinished dependencies, per step
   std::vector<status> steps;
   std::vector<schedule::step_id> ready, queued, flag_waits;

@@ -158,6 +158,7 @@ class execution final : public step_executor, private call {
 
   /// Every step is done: a one-sided call's output comes out of the window.
   bool conclude() override {
+    if (plan().desc.kind == schedule::collective::broadcast && !find_untaken()) return false;
     if (one_sided_ && plan().desc.output_bytes()) std::memcpy(user_output_, mem_.output, plan().desc.output_bytes());
     give_back_memory();
     return true;
@@ -267,6 +268,13 @@ class execution final : public step_executor, private call {
   /// call: the route follows the size, so mismatched calls route apart and would
   /// otherwise only time out. Fails the call with `mismatch`, as a message met would.
   void find_misrouted();
+
+  /// With every step done, a message of this call still in a mailbox was sent by a peer
+  /// whose schedule differs where no message of this rank's meets it: ranks that disagree
+  /// on a broadcast's root are both roots, and neither receives. Fails the call with
+  /// `mismatch`; false then. Sees the mailboxes only (shared memory, up to a chunk), and
+  /// only what has arrived: the other rank finds it when it concludes.
+  bool find_untaken();
 
   /// Calls `f` with each mailbox this endpoint has.
   template <class F>

@@ -79,6 +79,23 @@ void execution::reject(local_mailboxes& box, int peer, schedule::step_id id, con
   fail(errc::mismatch, describe(context(id), why));
 }
 
+inline bool execution::find_untaken() {
+  const std::uint64_t sequence = sig().sequence & wire::sequence_mask;
+  const auto of_this_call = [&](std::uint64_t tag) { return ((tag >> wire::tag_bits) & wire::sequence_mask) == sequence; };
+  int from = -1;
+  each_box([&](local_mailboxes& box) {
+    for (int peer = 0; peer < plan().desc.size && from < 0; ++peer)
+      if (peer != plan().rank && box.reaches(peer) && box.try_peek_if(peer, of_this_call)) from = peer;
+  });
+  if (from < 0) return true;
+  fail(errc::mismatch,
+       describe(stuck_context(), "rank " + std::to_string(from) + " sent this rank a message of " + to_string(sig()) +
+                                     " that no step of this rank takes: the ranks disagree on the call (for a "
+                                     "broadcast, most likely on its root; this rank's is " +
+                                     std::to_string(sig().root) + ")"));
+  return false;
+}
+
 inline void execution::find_misrouted() {
   for (schedule::step_id id = 0; id < state_.size() && !finished(); ++id) {
     const schedule::step& st = step_at(id);

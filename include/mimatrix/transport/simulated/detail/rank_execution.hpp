@@ -134,7 +134,7 @@ class rank_execution final : public step_executor {
     }
     next_receive_ = at + 1;
     const schedule::step_id id = receives_->steps[at];
-    depths_[id].incoming = depth;
+    depths_[id].incoming = saturated(depth);
     if (!held_.empty()) held_[id] = m;
     arrive(id, m == no_message ? nullptr : sim_.data(m));
   }
@@ -204,7 +204,7 @@ class rank_execution final : public step_executor {
   std::uint32_t settle(schedule::step_id id, std::uint32_t incoming) {
     std::uint32_t d = incoming;
     for (schedule::step_id dep : plan().deps(id)) d = std::max(d, depth_of(dep));
-    depths_[id].known = d + 1;
+    depths_[id].known = std::uint16_t(saturated(d) + 1);
     return d;
   }
   /// A done step's depth; waits are joined inside the executor, so theirs is found here.
@@ -221,11 +221,13 @@ class rank_execution final : public step_executor {
   rank_host& sim_;
   int rank_, size_, shift_;
   std::shared_ptr<const receive_index> receives_;
-  /// A step's depth in chains of messages, and its message's (one array: one cache miss).
+  /// A step's depth in chains of messages, and its message's: one array of 4 bytes a
+  /// step, since thousands of ranks hold one each (depths saturate at 65534).
   struct depth {
-    std::uint32_t known = 0;     // depth + 1; 0: not yet settled
-    std::uint32_t incoming = 0;  // of the message a receive took
+    std::uint16_t known = 0;     // depth + 1; 0: not yet settled
+    std::uint16_t incoming = 0;  // of the message a receive took
   };
+  static std::uint16_t saturated(std::uint32_t d) { return std::uint16_t(std::min<std::uint32_t>(d, 65534)); }
   std::vector<depth> depths_;
   std::vector<std::uint32_t> held_;  // with payloads: the message a receive has not consumed yet
   std::vector<std::byte> scratch_;
