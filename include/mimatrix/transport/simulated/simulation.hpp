@@ -132,7 +132,6 @@ class simulation final : private detail::rank_host {
   std::vector<char> is_touched_;
   std::vector<link_id> path_;
   std::vector<flow_id> done_flows_;
-  std::vector<std::uint32_t> done_messages_;
   std::vector<std::pair<std::uint64_t, std::uint32_t>> done_keys_;  // (from, to) of each
   std::vector<std::vector<std::pair<int, channel>>> channels_;  // by from, sorted by to
   std::vector<event> batch_;
@@ -160,7 +159,12 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
   if (payloads_ && (int(outputs.size()) != p || int(inputs.size()) != p))
     throw error(errc::invalid_argument, "transport::simulated: with payloads, every rank needs an input and an output");
   if (p == 0) return {};
+  if (cluster_.net.active() != 0)
+    throw error(errc::invalid_argument, "transport::simulated: the cluster's network still carries flows");
   result_ = {};
+  events_ = {};  // a run that threw may have left some
+  messages_.clear();
+  free_messages_.clear();
   result_.finished.assign(std::size_t(p), 0);
   cpu_free_.assign(std::size_t(p), 0);
   nic_free_.assign(std::size_t(p), 0);
@@ -171,8 +175,6 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
   channels_.assign(std::size_t(p), {});
   engines_.reserve(std::size_t(p));
   ranks_.reserve(std::size_t(p));
-  if (cluster_.net.active() != 0)
-    throw error(errc::invalid_argument, "transport::simulated: the cluster's network still carries flows");
   start_ = now_ = cluster_.net.now();  // a network used before runs on from where it stopped
   const auto& d = plans.front()->desc;
   const signature sig{d.kind, kernels.op, kernels.type, d.count, d.root, 0};
@@ -218,18 +220,16 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
         done_keys_.push_back({std::uint64_t(messages_[m].from) << 32 | std::uint32_t(messages_[m].to), m});
       }
       if (!std::is_sorted(done_keys_.begin(), done_keys_.end())) std::sort(done_keys_.begin(), done_keys_.end());
-      done_messages_.clear();
-      for (const auto& [key, m] : done_keys_) done_messages_.push_back(m);
       // Thousands of ranks' state lies far apart in memory: each item's is loaded a few
       // items ahead, so that the cache misses of many ranks overlap.
-      const std::size_t n = done_messages_.size();
+      const std::size_t n = done_keys_.size();
       for (std::size_t i = 0; i < n; ++i) {
-        if (i + 2 * ahead < n) prefetch_rank(messages_[done_messages_[i + 2 * ahead]].from);
+        if (i + 2 * ahead < n) prefetch_rank(messages_[done_keys_[i + 2 * ahead].second].from);
         if (i + ahead < n) {
-          const message& next = messages_[done_messages_[i + ahead]];
+          const message& next = messages_[done_keys_[i + ahead].second];
           ranks_[std::size_t(next.from)]->prefetch_step(next.step);
         }
-        const std::uint32_t m = done_messages_[i];
+        const std::uint32_t m = done_keys_[i].second;
         const message& msg = messages_[m];
         next_on_channel(msg);
         // The last byte has left: a send's buffer is free; the data lands a latency later.
