@@ -59,7 +59,7 @@ class runtime_call final : public call {
       : coll_(comm, std::move(topo)),
         type_(type),
         op_(static_cast<reduce::op_kind>(op)),
-        options_{algo == "auto" ? std::string() : algo, std::nullopt} {}
+        options_{algo == "auto" ? std::string() : algo, std::nullopt, std::nullopt} {}
 
   void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) override {
     const std::size_t block = count * size_of(type_) * std::size_t(coll_.comm().rank());

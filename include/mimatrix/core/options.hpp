@@ -9,6 +9,7 @@
 
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/port.hpp"
 
 namespace mimatrix {
 
@@ -51,6 +52,11 @@ struct call_options {
   std::string algorithm;
   /// A deadline for this call instead of the communicator's.
   std::optional<std::chrono::milliseconds> timeout;
+  /// Set: the buffers are device memory of the stream's port, and the call is ordered on
+  /// the stream as NCCL's calls are: it runs after the work queued there before it, and
+  /// the work queued there after it sees its result. Keep the request until then (a
+  /// dropped one waits on the host). Unset: host memory.
+  std::optional<device::stream> stream;
 };
 
 }  // namespace mimatrix

@@ -32,6 +32,13 @@ std::unique_ptr<operation> start_on(void* self, std::shared_ptr<const schedule::
 }
 
 template <class Transport>
+std::unique_ptr<operation> start_on_device_of(void* self, std::shared_ptr<const schedule::schedule> plan,
+                                              const std::byte* input, std::byte* output, const signature& sig,
+                                              const reduce::host_kernels& kernels, std::chrono::milliseconds timeout,
+                                              const device::stream& stream) {
+  return static_cast<Transport*>(self)->start(std::move(plan), input, output, sig, kernels, timeout, stream);
+}
+template <class Transport>
 void fail_on(void* self, const signature& sig, errc code, const std::string& why) {
   static_cast<Transport*>(self)->fail(sig, code, why);
 }
@@ -50,6 +57,7 @@ transport_face face_of(Transport& t) {
   f.size = t.size();
   f.start = &start_on<Transport>;
   f.fail = &fail_on<Transport>;
+  if constexpr (transport::runs_on_device<Transport>) f.start_on_device = &start_on_device_of<Transport>;
   if constexpr (transport::runs_one_sided_sometimes<Transport>) f.runs_one_sided = &runs_one_sided_on<Transport>;
   f.native_one_sided = transport::runs_one_sided<Transport>;
   if constexpr (transport::has_progress_engine<Transport>) f.progress = &t.progress();

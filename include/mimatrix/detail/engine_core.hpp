@@ -28,6 +28,11 @@ struct transport_face {
   std::unique_ptr<operation> (*start)(void* transport, std::shared_ptr<const schedule::schedule> plan,
                                       const std::byte* input, std::byte* output, const signature& sig,
                                       const reduce::host_kernels& kernels, std::chrono::milliseconds timeout) = nullptr;
+  /// transport::runs_on_device; null: the engine stages device buffers through the host.
+  std::unique_ptr<operation> (*start_on_device)(void* transport, std::shared_ptr<const schedule::schedule> plan,
+                                                const std::byte* input, std::byte* output, const signature& sig,
+                                                const reduce::host_kernels& kernels, std::chrono::milliseconds timeout,
+                                                const device::stream& stream) = nullptr;
   void (*fail)(void* transport, const signature& sig, errc code, const std::string& why) = nullptr;
   /// transport::runs_one_sided_sometimes; null when it runs every one-sided step or none.
   bool (*runs_one_sided)(const void* transport, const schedule::descriptor& d, std::size_t scratch_bytes) = nullptr;
@@ -53,10 +58,12 @@ class engine_core {
   MIMATRIX_DECL ~engine_core();
 
   /// Checks the arguments, then starts the call; counts are in elements of `kernels`'
-  /// type. A deadline of its own if `timeout` is set, else the communicator's.
+  /// type. A deadline of its own if `timeout` is set, else the communicator's. With
+  /// `stream`, the buffers are device memory of its port and the call is ordered on it.
   MIMATRIX_DECL request start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
                               std::size_t out_count, int root, const reduce::host_kernels& kernels,
-                              std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+                              std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                              const device::stream* stream = nullptr);
 
  private:
   struct impl;

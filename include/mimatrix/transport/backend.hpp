@@ -26,6 +26,15 @@ concept backend = requires(T& t, const T& ct, std::shared_ptr<const schedule::sc
   t.fail(sig, errc::invalid_argument, why);  // this rank will not take part in call `sig`
 };
 
+/// Transports that run calls on device memory themselves, queued on the caller's stream
+/// (device_steps.hpp); the collectives stage the others' through host memory.
+template <class T>
+concept runs_on_device = requires(T& t, std::shared_ptr<const schedule::schedule> plan, const std::byte* in,
+                                  std::byte* out, const signature& sig, const reduce::host_kernels& kernels,
+                                  std::chrono::milliseconds timeout, const device::stream& stream) {
+  { t.start(plan, in, out, sig, kernels, timeout, stream) } -> std::same_as<std::unique_ptr<mimatrix::detail::operation>>;
+};
+
 /// Transports whose calls share a progress engine (every test() or wait() advances them
 /// all; progress_mode::thread adds a thread). The communicator sets its mode.
 template <class T>

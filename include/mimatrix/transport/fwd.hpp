@@ -21,6 +21,10 @@ namespace mimatrix::reduce {
 struct host_kernels;
 }  // namespace mimatrix::reduce
 
+namespace mimatrix::device {
+struct stream;
+}  // namespace mimatrix::device
+
 namespace mimatrix::transport {
 class progress_engine;
 }  // namespace mimatrix::transport

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/operation.hpp"
+#include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
@@ -59,6 +61,20 @@ class inproc {
                                                       kernels, timeout);
   }
 
+  /// As above, on device memory of `caller`'s port: the call runs on a stream of this
+  /// rank's own after `caller`'s earlier work, and `caller`'s later work waits for it.
+  /// Starts the progress thread (as NCCL's proxy thread): a caller that only waits on
+  /// its stream never calls test() or wait().
+  std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
+                                                     const std::byte* input, std::byte* output,
+                                                     const signature& sig, const reduce::host_kernels& kernels,
+                                                     std::chrono::milliseconds timeout, const device::stream& caller) {
+    if (engine_->mode() != progress_mode::thread) engine_->set_mode(progress_mode::thread);
+    auto lock = engine_->lock();
+    return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, std::move(plan), input, output, sig,
+                                                      kernels, timeout, &caller, streams_->of(*caller.device));
+  }
+
   /// This rank will not take part in call `sig`: its peers fail with `code` at once
   /// instead of waiting for their deadline.
   void fail(const signature& sig, errc code, const std::string& why) {
@@ -67,9 +83,23 @@ class inproc {
   }
 
  private:
+  /// This rank's stream on each device port it has run calls on.
+  struct own_streams {
+    std::map<device::port*, device::stream_handle> streams;
+    device::stream_handle of(device::port& p) {
+      auto& s = streams[&p];
+      if (!s) s = p.make_stream();
+      return s;
+    }
+    ~own_streams() {
+      for (auto& [p, s] : streams) p->free_stream(s);
+    }
+  };
+
   world* world_;
   int rank_;
-  std::shared_ptr<progress_engine> engine_;
+  std::shared_ptr<own_streams> streams_ = std::make_shared<own_streams>();
+  std::shared_ptr<progress_engine> engine_;  // after streams_: its calls end first
 };
 
 /// Runs `body(rank, world)` on `ranks` threads of one group and joins them; rethrows

@@ -22,6 +22,7 @@
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/device_steps.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"
 
@@ -110,16 +111,20 @@ class step_executor : public execution {
   virtual bool land(schedule::step_id id, const std::byte* data);
   /// Runs a reduce, reduce_slots, copy or finalize step: true when done now, false when
   /// the transport completes it later.
-  virtual bool run_local(schedule::step_id id) {
-    run_local_step(kernels_, step_at(id), mem_, plan_->desc.size);
-    return true;
-  }
+  virtual bool run_local(schedule::step_id id);
   /// The transport's part of ending with an error: tell the others (unless the failure
   /// came from them), take back what is posted, let go of the call's memory.
   virtual void on_failure(errc code, bool tell_others) = 0;
 
   // ---- what a transport calls -------------------------------------------------------
 
+  /// The call's buffers are device memory of `caller`'s port: its local steps and
+  /// landings run on `own`, after `caller`'s earlier work and before its later work
+  /// (device_steps.hpp). The derived constructor calls it before start().
+  void run_on_device(const device::stream& caller, device::stream_handle own) {
+    device_ = std::make_unique<device_steps>(caller, own, kernels_, plan_->desc.size);
+  }
+  device_steps* device() { return device_.get(); }
   /// Releases the steps without dependencies and runs what it can, then joins the
   /// engine. The derived constructor calls it last.
   void start();
@@ -179,6 +184,11 @@ class step_executor : public execution {
   bool start_ready();
   bool retry_queued();
   void post_now(schedule::step_id id);
+  /// post(), or deferred while a send or write would read device input still being made.
+  posted try_post(schedule::step_id id);
+  /// Ends the call's device work after a failure: what peers lent is let go of, and the
+  /// caller's stream goes on.
+  void settle_device_after_failure();
   void consume(schedule::step_id id, const std::byte* data);
   std::uint32_t flags(std::uint32_t tag) const { return tag < book_->flags.size() ? book_->flags[tag] : 0; }
   /// The step a stuck call waits on: a receive or wait before a send; none: -1.
@@ -190,6 +200,7 @@ class step_executor : public execution {
   const reduce::host_kernels& kernels_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<step_bookkeeping> book_;
+  std::unique_ptr<device_steps> device_;
   std::size_t completed_ = 0;
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
   clock::time_point deadline_, probe_at_, ended_check_at_;
@@ -252,12 +263,14 @@ inline void step_executor::start() {
 
 inline bool step_executor::advance() {
   if (finished()) return false;
-  bool changed = poll();
+  bool changed = device_ && device_->poll();
+  changed |= poll();
   if (finished()) return true;
   changed |= retry_queued();
   changed |= start_ready();
-  if (!finished() && completed_ == plan_->steps.size() && conclude()) {
+  if (!finished() && completed_ == plan_->steps.size() && (!device_ || device_->settled()) && conclude()) {
     succeed();
+    if (device_) device_->finish();
     changed = true;
   }
   return changed;
@@ -314,9 +327,18 @@ inline bool step_executor::start_ready() {
   return true;
 }
 
+inline step_executor::posted step_executor::try_post(schedule::step_id id) {
+  if (device_) {
+    const auto kind = step_at(id).kind;
+    if ((kind == schedule::step_kind::send || kind == schedule::step_kind::write) && !device_->input_ready())
+      return posted::deferred;
+  }
+  return post(id);
+}
+
 inline void step_executor::post_now(schedule::step_id id) {
   auto& s = book_->steps[id];
-  switch (post(id)) {
+  switch (try_post(id)) {
     case posted::started:
       if (!finished()) s.posted = true;
       break;
@@ -348,7 +370,7 @@ inline bool step_executor::retry_queued() {
     const schedule::step_id id = queued[k];
     if (finished()) return true;
     auto& s = book_->steps[id];
-    const posted r = post(id);
+    const posted r = try_post(id);
     if (finished()) return true;
     if (r == posted::deferred) {
       queued[kept++] = id;
@@ -381,9 +403,30 @@ inline void step_executor::arrive(schedule::step_id id, const std::byte* data) {
     book_->steps[id].arrived = true;
 }
 
+inline bool step_executor::run_local(schedule::step_id id) {
+  if (!device_) {
+    run_local_step(kernels_, step_at(id), mem_, plan_->desc.size);
+    return true;
+  }
+  device_->run_local(step_at(id), mem_);
+  if (device_steps::feeds_stream_only(*plan_, id)) return true;
+  device_->then([this, id] {
+    if (!finished()) complete(id);
+  });
+  return false;
+}
+
 inline bool step_executor::land(schedule::step_id id, const std::byte* data) {
   const schedule::step& st = step_at(id);
   if (!data) return true;
+  if (device_) {
+    device_->land(st, mem_, data);
+    device_->then([this, id] {
+      consumed(id);
+      if (!finished()) complete(id);
+    });
+    return false;
+  }
   if (st.kind == schedule::step_kind::recv_reduce)
     kernels_.combine(mem_.write(st.dst), mem_.read(st.src), data, st.dst.bytes);
   else if (st.dst.bytes)
@@ -419,12 +462,14 @@ inline void step_executor::raise_flag(std::uint32_t tag, int writer) {
 inline void step_executor::fail(errc code, std::string message) {
   if (finished()) return;
   end_with(code, std::move(message));
+  settle_device_after_failure();
   on_failure(code, true);
 }
 
 inline void step_executor::abandon(errc code, std::string message) {
   if (finished()) return;
   end_with(code, std::move(message));
+  settle_device_after_failure();
   on_failure(code, false);
 }
 
@@ -432,7 +477,14 @@ inline void step_executor::fail_from(errc code, const std::string& message) {
   if (finished()) return;
   end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
                      message);
+  settle_device_after_failure();
   on_failure(code, false);
+}
+
+inline void step_executor::settle_device_after_failure() {
+  if (!device_) return;
+  device_->drain();
+  device_->finish();
 }
 
 /// The deadline counts from the call's first idle round, not its start: most small calls

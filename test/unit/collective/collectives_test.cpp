@@ -89,11 +89,11 @@ TEST(collectives, an_algorithm_named_per_call_runs_and_one_that_cannot_is_refuse
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     std::vector<double> v(100, 1.5);
-    coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "recursive_doubling", .timeout = {}})
+    coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "recursive_doubling", .timeout = {}, .stream = {}})
         .wait();
     EXPECT_EQ(v[99], 6.0);
     try {
-      (void)coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "gdraa", .timeout = {}});
+      (void)coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "gdraa", .timeout = {}, .stream = {}});
       ADD_FAILURE() << "gdraa ran on a ring";
     } catch (const error& e) {
       EXPECT_EQ(e.code(), errc::invalid_argument);
@@ -131,7 +131,7 @@ TEST(collectives, a_per_call_deadline_replaces_the_communicators) {
     if (r == 1) return;  // never calls
     std::int64_t x = 1;
     std::error_code ec;
-    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = 150ms}).wait(ec);
+    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = 150ms, .stream = {}}).wait(ec);
     EXPECT_EQ(ec, errc::timeout);
   });
 }
@@ -143,7 +143,7 @@ TEST(collectives, a_per_call_deadline_of_milliseconds_max_means_never) {
     collectives<inproc> coll(comm);
     std::int64_t x = r + 1;
     if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits, so its deadline is computed
-    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = std::chrono::milliseconds::max()})
+    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = std::chrono::milliseconds::max(), .stream = {}})
         .wait();
     EXPECT_EQ(x, 3) << "rank " << r;
   });

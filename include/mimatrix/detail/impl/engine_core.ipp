@@ -12,6 +12,7 @@
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
 #include "mimatrix/detail/recorded_operation.hpp"
+#include "mimatrix/detail/staged_call.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/lower.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -54,28 +55,40 @@ MIMATRIX_DECL engine_core::~engine_core() = default;
 
 MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
                                          std::size_t out_count, int root, const reduce::host_kernels& kernels,
-                                         std::optional<std::chrono::milliseconds> timeout) {
+                                         std::optional<std::chrono::milliseconds> timeout,
+                                         const device::stream* stream) {
   impl& e = *impl_;
   const transport_face& t = e.transport;
   const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
   const signature sig{kind, kernels.op, kernels.type, count, kind == schedule::collective::broadcast ? root : 0,
                       e.comm.next_sequence(t.rank, t.progress)};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
-  if (auto why = e.check(desc, in, in_count, out, out_count)) {
+  auto why = e.check(desc, in, in_count, out, out_count);
+  if (!why && stream && !stream->device) why = "the device::stream names no device port";
+  if (why) {
     const std::string message =
         describe({t.rank, -1, schedule::to_string(kind), static_cast<std::int64_t>(sig.sequence)}, *why);
     t.fail(t.transport, sig, errc::invalid_argument, message);
     throw error(errc::invalid_argument, message);
   }
-  if (e.comm.call_hooks().empty())
-    return request(t.start(t.transport, e.pick(e.plan_for(desc), desc), static_cast<const std::byte*>(in),
-                           static_cast<std::byte*>(out), sig, kernels, timeout.value_or(e.comm.settings().timeout)));
+  const auto deadline = timeout.value_or(e.comm.settings().timeout);
+  const auto launch = [&](std::shared_ptr<const schedule::schedule> plan) -> std::unique_ptr<operation> {
+    const auto* input = static_cast<const std::byte*>(in);
+    auto* output = static_cast<std::byte*>(out);
+    if (!stream) return t.start(t.transport, std::move(plan), input, output, sig, kernels, deadline);
+    if (t.start_on_device)
+      return t.start_on_device(t.transport, std::move(plan), input, output, sig, kernels, deadline, *stream);
+    return run_staged(*stream, input, desc.input_bytes(), output, desc.output_bytes(),
+                      [&](const std::byte* host_in, std::byte* host_out) {
+                        return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
+                      });
+  };
+  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc), desc)));
   call_record r;
   r.start = std::chrono::steady_clock::now();
   auto plan = e.pick(e.plan_for(desc), desc);
   r.algorithm = plan->algorithm;
-  auto op = t.start(t.transport, std::move(plan), static_cast<const std::byte*>(in), static_cast<std::byte*>(out), sig,
-                    kernels, timeout.value_or(e.comm.settings().timeout));
+  auto op = launch(std::move(plan));
   r.kind = kind;
   r.sequence = sig.sequence;
   r.type = kernels.type;

@@ -2,7 +2,8 @@
 // step executor (step_executor.hpp). A send is a descriptor posted in the receiver's
 // mailbox; the receiver matches it, reads the sender's memory and releases it. One-sided
 // writes addressed to this rank are applied here, by the target, while it runs the call
-// they belong to.
+// they belong to. On device memory (device_steps.hpp) a receiver's copy runs on its stream,
+// and the sender is released once that copy is done.
 #pragma once
 
 #include <chrono>
@@ -29,7 +30,8 @@ class inproc_execution final : public step_executor {
   /// rank waits for next.
   inproc_execution(std::shared_ptr<progress_engine> engine, inproc_world& world, int rank,
                    std::shared_ptr<const schedule::schedule> plan, const std::byte* input, std::byte* output,
-                   const signature& sig, const reduce::host_kernels& kernels, std::chrono::milliseconds timeout)
+                   const signature& sig, const reduce::host_kernels& kernels, std::chrono::milliseconds timeout,
+                   const device::stream* caller = nullptr, device::stream_handle own = nullptr)
       : step_executor(*engine, std::move(plan), sig, kernels, timeout, nullptr),
         owner_(std::move(engine)),
         world_(world),
@@ -37,6 +39,10 @@ class inproc_execution final : public step_executor {
         scratch_(this->plan().scratch_bytes),
         sends_(std::make_unique<posted_send[]>(this->plan().steps.size())) {
     mem_ = {input, output, scratch_.data()};
+    if (caller) {
+      run_on_device(*caller, own);
+      held_.assign(this->plan().steps.size(), nullptr);
+    }
     if (auto f = world_.join(rank_, sig))
       fail(f->code, f->message);
     start();
@@ -89,6 +95,12 @@ class inproc_execution final : public step_executor {
   void stalled(int rounds) override {
     if (rounds < world_.spin_limit()) return;
     if (auto f = world_.failed(sig().sequence)) fail_from(f->code, f->message);
+  }
+
+  /// A landing on device memory is done: the sender's memory is free again.
+  void consumed(schedule::step_id id) override {
+    if (held_.empty() || !held_[id]) return;
+    release(std::exchange(held_[id], nullptr));
   }
 
   std::string stall_detail() const override {
@@ -153,8 +165,9 @@ class inproc_execution final : public step_executor {
         for (std::size_t rest = m; rest < matched_.size(); ++rest) release(matched_[rest].second);
         return true;
       }
+      if (device()) held_[id] = ps;  // read by a copy on this rank's stream: released once it ran
       arrive(id, static_cast<const std::byte*>(ps->data));
-      release(ps);
+      if (!device()) release(ps);
     }
     return !matched_.empty();
   }
@@ -198,6 +211,15 @@ class inproc_execution final : public step_executor {
         fail(errc::mismatch, describe(where, what));
         for (std::size_t rest = m; rest < arrived_.size(); ++rest) release(arrived_[rest]);
         return true;
+      }
+      if (device()) {
+        if (ps->kind == posted_kind::write)
+          device()->copy(mem_.write(ps->dst), static_cast<const std::byte*>(ps->data), ps->bytes);
+        device()->then([this, ps, tag = ps->tag, source = ps->source] {
+          release(ps);
+          if (!finished()) raise_flag(tag, source);
+        });
+        continue;
       }
       if (ps->kind == posted_kind::write && ps->bytes) std::memcpy(mem_.write(ps->dst), ps->data, ps->bytes);
       const std::uint32_t tag = ps->tag;
@@ -246,6 +268,7 @@ class inproc_execution final : public step_executor {
   std::vector<schedule::step_id> waiting_, in_flight_, done_;
   std::vector<std::pair<schedule::step_id, posted_send*>> matched_;
   std::vector<posted_send*> arrived_;  // writes being applied
+  std::vector<posted_send*> held_;     // on device memory: sends whose data a copy still reads, by step
 };
 
 }  // namespace mimatrix::transport::detail

@@ -1,0 +1,74 @@
+// The small interface through which the executor runs a call's steps on device memory:
+// copies and combines queued on a stream, events to learn when they are done, and a gate
+// that holds a stream's later work until a call has finished. CUDA implements it
+// (device/cuda_port.cuh); so does the host (device/host_port.hpp), which runs the same
+// executor logic in CI, where there is no GPU.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace mimatrix::reduce {
+struct host_kernels;  // reduce/host_kernels.hpp: the (dtype, op) a combine runs
+}  // namespace mimatrix::reduce
+
+namespace mimatrix::device {
+
+/// A queue of device work, as the port knows it (a cudaStream_t for CUDA).
+using stream_handle = void*;
+/// A point in a stream's work (a cudaEvent_t for CUDA); null is none.
+using event = void*;
+/// A latch that a stream's work waits on until the port opens it.
+using gate = void*;
+
+/// What a device offers the executor. Every call queues work and returns at once unless it
+/// says otherwise; errors of queued work surface at done() or synchronize().
+///
+/// @par Thread Safety
+/// Every member may be called from any thread, on distinct or shared streams, as CUDA's
+/// runtime allows.
+class port {
+ public:
+  virtual ~port() = default;
+  virtual std::string_view name() const = 0;
+
+  /// A stream of the port's own: a call's work runs there, after the caller's.
+  virtual stream_handle make_stream() = 0;
+  virtual void free_stream(stream_handle s) noexcept = 0;
+
+  /// dst = src, `bytes` bytes; the two do not overlap unless they are equal.
+  virtual void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) = 0;
+  /// dst = op(a, b) element-wise over `bytes` of `k`'s dtype; dst may be a or b.
+  virtual void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
+                       std::size_t bytes) = 0;
+  /// data = op.finalize(data, ranks): avg's division, nothing for the other ops.
+  virtual void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes,
+                        int ranks) = 0;
+
+  /// An event that completes once the work queued on `s` so far is done.
+  virtual event record(stream_handle s) = 0;
+  /// Whether `e` has completed; never blocks.
+  virtual bool done(event e) = 0;
+  virtual void free_event(event e) noexcept = 0;
+  /// Work queued on `s` later waits for `e`.
+  virtual void wait(stream_handle s, event e) = 0;
+
+  /// Work queued on `s` later waits until open() runs (a caller's stream waits for a call
+  /// whose work is queued on another stream afterwards).
+  virtual gate hold(stream_handle s) = 0;
+  /// Queued on `s`: opens `g` once the work before it on `s` is done, and frees it.
+  virtual void open(stream_handle s, gate g) = 0;
+
+  /// Blocks until the work queued on `s` is done.
+  virtual void synchronize(stream_handle s) = 0;
+};
+
+/// A caller's stream: the port it belongs to, and the port's handle of it. A collective
+/// given one runs after the work queued there, and the work queued there after the call
+/// sees its result, as with NCCL.
+struct stream {
+  port* device = nullptr;
+  stream_handle handle = nullptr;
+};
+
+}  // namespace mimatrix::device

@@ -1,0 +1,215 @@
+// The executor's device memory space (device_steps.hpp) through the in-process transport
+// and the host implementation of device::port: every algorithm, dtype and op exact on
+// "device" buffers whose streams run late; NCCL's stream order (the call waits for the
+// work queued before it, and the work queued after it sees its result) with no host
+// wait; and a failed call that ends its stream's wait instead of hanging it.
+#include "mimatrix/transport/device_steps.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "mimatrix/collectives.hpp"
+#include "mimatrix/device/host_port.hpp"
+#include "mimatrix/topology/bigraph.hpp"
+#include "mimatrix/topology/hierarchical.hpp"
+#include "mimatrix/topology/mesh.hpp"
+#include "mimatrix/transport/inproc.hpp"
+#include "support/dtypes.hpp"
+
+namespace mimatrix {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::inproc;
+
+int value_of(int rank, std::size_t i) { return 1 + int((i * 7 + std::size_t(rank) * 3) % 5); }
+
+double reduced(reduce::op_kind op, int p, std::size_t i, bool integral) {
+  double acc = value_of(0, i);
+  for (int r = 1; r < p; ++r) {
+    const double v = value_of(r, i);
+    switch (op) {
+      case reduce::op_kind::sum:
+      case reduce::op_kind::avg: acc += v; break;
+      case reduce::op_kind::prod: acc *= v; break;
+      case reduce::op_kind::min: acc = std::min(acc, v); break;
+      case reduce::op_kind::max: acc = std::max(acc, v); break;
+    }
+  }
+  if (op != reduce::op_kind::avg) return acc;
+  return integral ? double(static_cast<long long>(acc) / p) : acc / p;
+}
+
+call_options on(device::host_port& dev, device::stream_handle s, const std::string& algorithm = {},
+                std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  return {.algorithm = algorithm, .timeout = timeout, .stream = device::stream{&dev, s}};
+}
+
+/// An allreduce of `n` elements on `p` ranks over `topo` with `algorithm`, out of place or
+/// in place, its buffers on a host "device" whose every operation runs `lag` late.
+template <class Topology>
+void expect_exact_allreduce(int p, Topology topo, const std::string& algorithm, dtype t, reduce::op_kind op,
+                            std::size_t n, bool in_place, std::chrono::microseconds lag) {
+  device::host_port dev({.lag = lag});
+  test::with_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    transport::run_inproc(p, [&](int r, inproc::world& w) {
+      communicator<inproc> comm(w, r);
+      collectives<inproc, Topology> coll(comm, topo);
+      const device::stream_handle s = dev.make_stream();
+      std::vector<T> in(n), out(n);
+      for (std::size_t i = 0; i < n; ++i) in[i] = T(static_cast<float>(value_of(r, i)));
+      T* dst = in_place ? in.data() : out.data();
+      coll.allreduce(in.data(), dst, n, t, op, on(dev, s, algorithm)).wait();
+      for (std::size_t i = 0; i < n; ++i) {
+        const double want = reduced(op, p, i, std::is_integral_v<T>);
+        // Sums of small integers are exact in every dtype; a float average is one rounding off.
+        const double tolerance = std::is_integral_v<T> || op != reduce::op_kind::avg ? 0.0 : want / 128;
+        ASSERT_NEAR(static_cast<double>(static_cast<float>(dst[i])), want, tolerance)
+            << algorithm << " on " << p << " ranks, " << to_string(t) << " " << reduce::to_string(op) << ", rank "
+            << r << ", element " << i << (in_place ? ", in place" : "");
+      }
+      dev.free_stream(s);
+    });
+  });
+}
+
+TEST(device_steps, every_dtype_and_op_is_exact_on_a_late_running_device) {
+  for (dtype t : test::all_dtypes)
+    for (reduce::op_kind op : {reduce::op_kind::sum, reduce::op_kind::prod, reduce::op_kind::min,
+                               reduce::op_kind::max, reduce::op_kind::avg})
+      expect_exact_allreduce(3, topology::ring{}, "ring", t, op, 301, false, 20us);
+}
+
+TEST(device_steps, every_algorithm_is_exact_on_device_buffers) {
+  const auto sum = reduce::op_kind::sum;
+  for (int p : {1, 2, 3, 4, 5, 8}) {
+    for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
+      for (bool in_place : {false, true}) expect_exact_allreduce(p, topology::ring{}, algo, dtype::int32, sum, 1000, in_place, 10us);
+    expect_exact_allreduce(p, topology::mesh{}, "gdraa", dtype::int32, sum, 1000, false, 10us);
+    expect_exact_allreduce(p, topology::mesh{}, "gdraa", dtype::int64, reduce::op_kind::max, 7, true, 10us);
+    expect_exact_allreduce(p, topology::bigraph{}, "hdrm", dtype::int32, sum, 1000, false, 10us);
+  }
+  expect_exact_allreduce(4, topology::hierarchical<>(2), "hierarchical", dtype::int32, sum, 1000, false, 10us);
+  expect_exact_allreduce(6, topology::hierarchical<>(3), "hierarchical", dtype::float32, sum, 999, true, 10us);
+}
+
+TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_buffers) {
+  constexpr int p = 4;
+  constexpr std::size_t n = 250;
+  device::host_port dev({.lag = 10us});
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    std::vector<std::int32_t> whole(n * p), part(n);
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = value_of(r, i);
+    coll.reduce_scatter(whole.data(), part.data(), n, dtype::int32, reduce::op_kind::sum, on(dev, s)).wait();
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(part[i], reduced(reduce::op_kind::sum, p, r * n + i, true)) << i;
+
+    std::vector<std::int32_t> mine(n, r + 1), all(n * p);
+    coll.allgather(mine.data(), all.data(), n, dtype::int32, on(dev, s)).wait();
+    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], int(i / n) + 1) << i;
+
+    std::vector<std::int32_t> root_data(n, 42), got(n, 0);
+    coll.broadcast(r == 2 ? root_data.data() : nullptr, got.data(), n, dtype::int32, 2, on(dev, s)).wait();
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 42) << i;
+    dev.free_stream(s);
+  });
+}
+
+// The caller never waits on the request before it reads the result: a "kernel" queued
+// before the call writes the input late, one queued after it copies the output out, and
+// only the stream is synchronized.
+TEST(device_steps, the_call_is_ordered_on_the_callers_stream_without_a_host_wait) {
+  constexpr int p = 3;
+  constexpr std::size_t n = 4096;
+  device::host_port dev({.lag = 200us});
+  for (const char* algo : {"ring", "recursive_doubling"})
+    transport::run_inproc(p, [&](int r, inproc::world& w) {
+      communicator<inproc> comm(w, r);
+      collectives<inproc> coll(comm);
+      const device::stream_handle s = dev.make_stream();
+      std::vector<std::int64_t> data(n, 0), seen;
+      dev.enqueue(s, [&] {
+        std::this_thread::sleep_for(30ms);
+        for (std::size_t i = 0; i < n; ++i) data[i] = std::int64_t(i) * (r + 1);
+      });
+      auto pending = coll.allreduce(data.data(), data.data(), n, dtype::int64, reduce::op_kind::sum, on(dev, s, algo));
+      dev.enqueue(s, [&] { seen = data; });
+      dev.synchronize(s);
+      ASSERT_EQ(seen.size(), n);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], std::int64_t(i) * (p * (p + 1) / 2)) << algo << " " << i;
+      pending.wait();
+      dev.free_stream(s);
+    });
+}
+
+// Rank 1 never calls: rank 0's call times out, and the work queued after it on its stream
+// still runs (the gate opens on failure) instead of waiting forever.
+TEST(device_steps, a_failed_call_lets_the_stream_go_on) {
+  device::host_port dev({.lag = 50us});
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    if (r == 1) return;
+    const device::stream_handle s = dev.make_stream();
+    std::vector<std::int32_t> data(1000, 1);
+    bool after = false;
+    auto pending =
+        coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum, on(dev, s, {}, 300ms));
+    dev.enqueue(s, [&] { after = true; });
+    dev.synchronize(s);  // returns once the call has failed
+    EXPECT_TRUE(after);
+    try {
+      pending.wait();
+      ADD_FAILURE() << "the call succeeded without rank 1";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::timeout) << e.what();
+    }
+    dev.free_stream(s);
+  });
+}
+
+// Counts that differ fail both ranks with mismatch; neither stream is left held.
+TEST(device_steps, a_mismatch_fails_every_rank_and_frees_their_streams) {
+  device::host_port dev({.lag = 20us});
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    std::vector<std::int32_t> data(r == 0 ? 1000 : 1024, 1);
+    auto pending = coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum,
+                                  on(dev, s, "ring", 5s));
+    std::error_code ec;
+    pending.wait(ec);
+    EXPECT_EQ(ec, errc::mismatch) << r;
+    dev.synchronize(s);
+    dev.free_stream(s);
+  });
+}
+
+TEST(device_steps, a_stream_without_its_port_is_named) {
+  transport::run_inproc(1, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    std::int32_t x = 1;
+    try {
+      (void)coll.allreduce(&x, &x, 1, dtype::int32, reduce::op_kind::sum,
+                           {.algorithm = {}, .timeout = {}, .stream = device::stream{}});
+      ADD_FAILURE() << "a stream without a port was taken";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("names no device port"), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace mimatrix
