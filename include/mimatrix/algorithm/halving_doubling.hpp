@@ -299,7 +299,7 @@ inline void build_hd_allgather(schedule::builder& b, const fold& f, std::size_t 
   accesses ready{{own, b.copy(s.region(input_at, {0, n}), s.region(output_at, own))}};
   if (s.fold_partner() >= 0)
     append(ready, s.recv(s.fold_partner(), 0, output_at, {{std::size_t(s.fold_partner()) * n, n}}, {}));
-  const accesses none;
+  static const accesses none;  // static: nvcc takes a reference to a captured local for one to a temporary
   ready = s.doubling(rank_blocks(f, n), output_at, ready, [&](int) -> const accesses& { return none; }, 1);
   if (s.fold_partner() >= 0) s.send(s.fold_partner(), lg + 1, output_at, everything, ready);
 }

@@ -2,12 +2,12 @@
 // recently used first: a model with hundreds of tensor sizes keeps its hot ones.
 #pragma once
 
-#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "mimatrix/schedule/schedule.hpp"
@@ -26,7 +26,10 @@ struct plan_key {
   schedule::collective kind = schedule::collective::allreduce;
   std::size_t count = 0, elem_size = 0;
   int root = 0;
-  friend auto operator<=>(const plan_key&, const plan_key&) = default;
+  auto tied() const { return std::tie(owner, kind, count, elem_size, root); }
+  // Spelled out: nvcc's front end drops the operator== that a defaulted <=> implies.
+  friend bool operator==(const plan_key& a, const plan_key& b) { return a.tied() == b.tied(); }
+  friend bool operator<(const plan_key& a, const plan_key& b) { return a.tied() < b.tied(); }
 };
 
 /// @par Thread Safety

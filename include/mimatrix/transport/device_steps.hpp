@@ -10,6 +10,7 @@
 #include <functional>
 #include <utility>
 
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -43,7 +44,11 @@ class device_steps {
   /// Whether the caller's earlier work is done, so that a peer or the wire may read the
   /// input.
   bool input_ready() {
-    if (!input_done_) input_done_ = port_.done(input_);
+    try {
+      if (!input_done_) input_done_ = port_.done(input_);
+    } catch (const error&) {  // the device failed: poll() names it and fails the call
+      input_done_ = true;
+    }
     return input_done_;
   }
 
@@ -117,8 +122,16 @@ class device_steps {
   /// what its peers lent it).
   void drain() {
     while (!pending_.empty()) {
-      port_.synchronize(own_);
-      poll();
+      try {
+        port_.synchronize(own_);
+        poll();
+      } catch (const error&) {  // the device failed: nothing will run; let go anyway
+        for (auto& p : pending_) {
+          port_.free_event(p.done);
+          if (p.action) p.action();
+        }
+        pending_.clear();
+      }
     }
   }
 

@@ -263,7 +263,13 @@ inline void step_executor::start() {
 
 inline bool step_executor::advance() {
   if (finished()) return false;
-  bool changed = device_ && device_->poll();
+  bool changed = false;
+  try {
+    changed = device_ && device_->poll();
+  } catch (const error& e) {  // the device failed work of this call (a progress thread must not throw)
+    fail(e.code() == errc::cuda ? errc::cuda : errc::transport, describe(stuck_context(), e.what()));
+    return true;
+  }
   changed |= poll();
   if (finished()) return true;
   changed |= retry_queued();

@@ -1,0 +1,174 @@
+// device::port on CUDA: copies are cudaMemcpyAsync, combines the kernels of
+// reduce/cuda.cuh found by (dtype, op), events are cudaEvents, and a gate is a one-thread
+// kernel that spins on a flag in mapped host memory until a kernel on another stream sets
+// it, so the caller's stream waits for a call queued after it with no host in between.
+// For .cu files; `cuda_port::instance()` is the process's port for the current device.
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "mimatrix/device/cuda_port.cuh holds CUDA code: include it from a .cu file compiled by nvcc"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "mimatrix/core/dtype.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/device/port.hpp"
+#include "mimatrix/reduce/cuda.cuh"
+#include "mimatrix/reduce/host_kernels.hpp"
+#include "mimatrix/reduce/ops.hpp"
+
+namespace mimatrix::device {
+
+namespace detail {
+
+inline void check_cuda(cudaError_t e, std::string_view what) {
+  if (e == cudaSuccess) return;
+  throw error(errc::cuda, "device::cuda_port: " + std::string(what) + ": " + cudaGetErrorName(e) + " (" +
+                              cudaGetErrorString(e) + ")");
+}
+
+/// Calls f(Op{}) with the operation of (type, op).
+template <class F>
+void with_operation(dtype type, reduce::op_kind op, F&& f) {
+  const auto of_type = [&](auto zero) {
+    using T = decltype(zero);
+    switch (op) {
+      case reduce::op_kind::sum: return f(reduce::sum<T>{});
+      case reduce::op_kind::prod: return f(reduce::prod<T>{});
+      case reduce::op_kind::min: return f(reduce::min<T>{});
+      case reduce::op_kind::max: return f(reduce::max<T>{});
+      case reduce::op_kind::avg: return f(reduce::avg<T>{});
+    }
+    throw error(errc::invalid_argument, "device::cuda_port: no operation " + std::to_string(int(op)));
+  };
+  switch (type) {
+    case dtype::int8: return of_type(std::int8_t{});
+    case dtype::uint8: return of_type(std::uint8_t{});
+    case dtype::int32: return of_type(std::int32_t{});
+    case dtype::int64: return of_type(std::int64_t{});
+    case dtype::float16: return of_type(half{});
+    case dtype::bfloat16: return of_type(bfloat16{});
+    case dtype::float32: return of_type(float{});
+    case dtype::float64: return of_type(double{});
+  }
+  throw error(errc::invalid_argument, "device::cuda_port: no dtype " + std::to_string(int(type)));
+}
+
+/// Holds its stream until the flag reaches `ticket`.
+__global__ inline void gate_hold_kernel(const volatile std::uint32_t* flag, std::uint32_t ticket) {
+  while (static_cast<std::int32_t>(*flag - ticket) < 0) __nanosleep(1000);
+}
+
+__global__ inline void gate_open_kernel(volatile std::uint32_t* flag, std::uint32_t ticket) {
+  *flag = ticket;
+  __threadfence_system();
+}
+
+}  // namespace detail
+
+/// @par Thread Safety
+/// As device::port.
+class cuda_port final : public port {
+ public:
+  /// Gates in flight at once, at most: a slot is reused after this many more.
+  static constexpr std::uint32_t gate_slots = 4096;
+
+  cuda_port() {
+    detail::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&flags_), gate_slots * sizeof(std::uint32_t),
+                                     cudaHostAllocMapped | cudaHostAllocPortable),
+                       "cudaHostAlloc of the gate flags");
+    for (std::uint32_t k = 0; k < gate_slots; ++k) flags_[k] = 0;
+    detail::check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags_), flags_, 0),
+                       "cudaHostGetDevicePointer of the gate flags");
+  }
+  cuda_port(const cuda_port&) = delete;
+  cuda_port& operator=(const cuda_port&) = delete;
+  ~cuda_port() override { cudaFreeHost(flags_); }
+
+  /// The process's port.
+  static cuda_port& instance() {
+    static cuda_port port;
+    return port;
+  }
+  /// `s` as a collective takes it.
+  static stream on(cudaStream_t s) { return {&instance(), s}; }
+
+  std::string_view name() const override { return "cuda"; }
+
+  stream_handle make_stream() override {
+    cudaStream_t s = nullptr;
+    detail::check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return s;
+  }
+  void free_stream(stream_handle s) noexcept override {
+    cudaStreamSynchronize(as_stream(s));
+    cudaStreamDestroy(as_stream(s));
+  }
+
+  void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override {
+    if (dst == src || bytes == 0) return;
+    detail::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(s)), "cudaMemcpyAsync");
+  }
+  void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
+               std::size_t bytes) override {
+    detail::with_operation(k.type, k.op, [&](auto op) {
+      using T = typename decltype(op)::value_type;
+      reduce::cuda::combine(op, static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b),
+                            bytes / sizeof(T), as_stream(s));
+    });
+  }
+  void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
+    detail::with_operation(k.type, k.op, [&](auto op) {
+      using T = typename decltype(op)::value_type;
+      reduce::cuda::finalize(op, static_cast<T*>(data), bytes / sizeof(T), ranks, as_stream(s));
+    });
+  }
+
+  event record(stream_handle s) override {
+    cudaEvent_t e = nullptr;
+    detail::check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    detail::check_cuda(cudaEventRecord(e, as_stream(s)), "cudaEventRecord");
+    return e;
+  }
+  bool done(event e) override {
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (status == cudaErrorNotReady) return false;
+    detail::check_cuda(status, "work before an event (cudaEventQuery)");
+    return true;
+  }
+  void free_event(event e) noexcept override { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+  void wait(stream_handle s, event e) override {
+    detail::check_cuda(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
+  }
+
+  gate hold(stream_handle s) override {
+    const std::uint32_t ticket = next_ticket_.fetch_add(1) + 1;
+    detail::gate_hold_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
+    detail::check_cuda(cudaGetLastError(), "launch of a gate");
+    return reinterpret_cast<gate>(static_cast<std::uintptr_t>(ticket));
+  }
+  void open(stream_handle s, gate g) override {
+    const auto ticket = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(g));
+    detail::gate_open_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
+    detail::check_cuda(cudaGetLastError(), "launch of a gate's opening");
+  }
+
+  void synchronize(stream_handle s) override {
+    detail::check_cuda(cudaStreamSynchronize(as_stream(s)), "cudaStreamSynchronize");
+  }
+
+ private:
+  static cudaStream_t as_stream(stream_handle s) { return static_cast<cudaStream_t>(s); }
+
+  std::uint32_t* flags_ = nullptr;         // host view of the gate flags
+  std::uint32_t* device_flags_ = nullptr;  // the same memory as kernels see it
+  std::atomic<std::uint32_t> next_ticket_{0};
+};
+
+}  // namespace mimatrix::device
