@@ -9,7 +9,7 @@
 
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/device/port.hpp"
+#include "mimatrix/core/device_stream.hpp"
 
 namespace mimatrix {
 

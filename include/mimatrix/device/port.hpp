@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "mimatrix/core/device_stream.hpp"  // device::stream
+
 namespace mimatrix::reduce {
 struct host_kernels;  // reduce/host_kernels.hpp: the (dtype, op) a combine runs
 }  // namespace mimatrix::reduce
@@ -61,14 +63,6 @@ class port {
 
   /// Blocks until the work queued on `s` is done.
   virtual void synchronize(stream_handle s) = 0;
-};
-
-/// A caller's stream: the port it belongs to, and the port's handle of it. A collective
-/// given one runs after the work queued there, and the work queued there after the call
-/// sees its result, as with NCCL.
-struct stream {
-  port* device = nullptr;
-  stream_handle handle = nullptr;
 };
 
 }  // namespace mimatrix::device

@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 /// Bottom to top. Folders of one rank never include each other; the collectives (the
 /// top-level headers and detail/) are one layer.
 const std::map<std::string, int> rank_of = {
-    {"core", 0},      {"reduce", 1},    {"bootstrap", 1}, {"schedule", 2}, {"topology", 3}, {"model", 3},
+    {"core", 0},      {"reduce", 1},    {"bootstrap", 1}, {"schedule", 2}, {"device", 2},   {"topology", 3}, {"model", 3},
     {"algorithm", 4}, {"transport", 4}, {"detail", 5},    {"top", 5},      {"impl", 6},
 };
 
