@@ -1,0 +1,82 @@
+// job_server: the MiMatrix job server (serve), and a look at a running one (status).
+//
+//   MIMATRIX_JOB_SECRET=... job_server serve --port 29400 --workers 4 [--min 2] [--form-after-ms 5000]
+//                                            [--heartbeat-ms 2000] [--samples 60000] [--batch 256]
+//   MIMATRIX_JOB_SECRET=... job_server status --port 29400 [--address 10.0.0.1]
+#include <boost/asio.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "server.hpp"
+#include "worker.hpp"
+
+namespace {
+
+const char* value_after(int& i, int argc, char** argv) {
+  if (i + 1 >= argc) throw std::runtime_error(std::string("job_server: ") + argv[i] + " needs a value");
+  return argv[++i];
+}
+
+int serve(int argc, char** argv) {
+  mimatrix::job::server_settings s;
+  std::string secret_file;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--port") s.port = std::uint16_t(std::stoi(value_after(i, argc, argv)));
+    else if (a == "--workers") s.expected = s.minimum = std::stoi(value_after(i, argc, argv));
+    else if (a == "--min") s.minimum = std::stoi(value_after(i, argc, argv));
+    else if (a == "--form-after-ms") s.form_after = std::chrono::milliseconds(std::stol(value_after(i, argc, argv)));
+    else if (a == "--heartbeat-ms") s.heartbeat_deadline = std::chrono::milliseconds(std::stol(value_after(i, argc, argv)));
+    else if (a == "--samples") s.samples = std::stoull(value_after(i, argc, argv));
+    else if (a == "--batch") s.global_batch = std::uint32_t(std::stoul(value_after(i, argc, argv)));
+    else if (a == "--secret-file") secret_file = value_after(i, argc, argv);
+    else throw std::runtime_error("job_server serve: unknown option " + a);
+  }
+  s.secret = mimatrix::job::load_secret(secret_file);
+  boost::asio::io_context io;
+  mimatrix::job::job_server server(io, s);
+  boost::asio::signal_set stop(io, SIGINT, SIGTERM);
+  stop.async_wait([&](auto, int) { io.stop(); });
+  std::printf("job_server: listening on port %u for %d workers\n", unsigned(server.port()), s.expected);
+  std::fflush(stdout);
+  io.run();
+  return 0;
+}
+
+int status(int argc, char** argv) {
+  mimatrix::job::worker_settings s;
+  std::string secret_file;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--port") s.port = std::uint16_t(std::stoi(value_after(i, argc, argv)));
+    else if (a == "--address") s.address = value_after(i, argc, argv);
+    else if (a == "--secret-file") secret_file = value_after(i, argc, argv);
+    else throw std::runtime_error("job_server status: unknown option " + a);
+  }
+  s.secret = mimatrix::job::load_secret(secret_file);
+  s.info.host = "status";
+  s.info.accelerators = mimatrix::job::job_server::observer_mark;
+  s.heartbeat = std::chrono::milliseconds(0);
+  mimatrix::job::worker_client client(s);
+  std::fputs(client.status().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string command = argc > 1 ? argv[1] : "";
+    if (command == "serve") return serve(argc, argv);
+    if (command == "status") return status(argc, argv);
+    std::fprintf(stderr, "usage: job_server serve --port P --workers N [...] | job_server status --port P\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,404 @@
+// The MiMatrix job server: workers connect, authenticate and register; the server forms
+// generations (ranks, placement, shards, local batches), serves their rendezvous store,
+// watches heartbeats, and on a death or a late joiner revokes the generation and forms the
+// next one. It never carries gradients. One thread, Boost.Asio C++20 coroutines: every
+// handler runs to its next co_await, so the state needs no locks.
+#pragma once
+
+#include <boost/asio.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "auth.hpp"
+#include "protocol.hpp"
+
+namespace mimatrix::job {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using clock = std::chrono::steady_clock;
+
+struct server_settings {
+  std::uint16_t port = 0;  // 0: a free port (port() says which)
+  std::string secret;
+  int expected = 1;  // a generation starts when this many workers have joined...
+  int minimum = 1;   // ...or this many, `form_after` after the first one came
+  std::chrono::milliseconds form_after{5000};
+  std::chrono::milliseconds heartbeat_deadline{2000};  // silent this long: dead
+  std::chrono::milliseconds hello_deadline{5000};      // unauthenticated this long: closed
+  std::uint64_t samples = 60000;                       // the dataset, split into shards
+  std::uint32_t global_batch = 256;                    // B, split by throughput
+  bool quiet = false;                                  // no log lines on stderr
+};
+
+/// How the global batch and the dataset split over ranks: b_i = B·s_i/Σs (largest
+/// remainders, so the b_i sum to B), and shards in proportion to b_i.
+struct split {
+  std::vector<std::uint32_t> batch;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> shard;
+};
+
+inline split split_by_throughput(const std::vector<double>& speed, std::uint32_t global_batch, std::uint64_t samples) {
+  const std::size_t n = speed.size();
+  split s;
+  s.batch.assign(n, 0);
+  s.shard.assign(n, {0, 0});
+  if (n == 0) return s;
+  double total = 0;
+  for (double v : speed) total += v > 0 ? v : 0;
+  std::vector<double> exact(n);
+  for (std::size_t i = 0; i < n; ++i)
+    exact[i] = total > 0 ? global_batch * (speed[i] > 0 ? speed[i] : 0) / total : double(global_batch) / double(n);
+  std::uint32_t given = 0;
+  for (std::size_t i = 0; i < n; ++i) given += s.batch[i] = std::uint32_t(exact[i]);
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return exact[a] - s.batch[a] > exact[b] - s.batch[b];
+  });
+  for (std::size_t k = 0; given < global_batch; k = (k + 1) % n, ++given) ++s.batch[order[k]];
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t len = global_batch ? samples * s.batch[i] / global_batch : samples / n;
+    s.shard[i] = {at, i + 1 == n ? samples : at + len};
+    at = s.shard[i].second;
+  }
+  return s;
+}
+
+/// @par Thread Safety
+/// Runs on one io_context thread; status() and the test accessors are for that thread
+/// (or after run() returned).
+class job_server {
+ public:
+  job_server(asio::io_context& io, server_settings s)
+      : io_(io), settings_(std::move(s)), acceptor_(io, tcp::endpoint(asio::ip::address_v4::any(), settings_.port)),
+        tick_(io) {
+    if (settings_.secret.empty()) throw std::runtime_error("job server: an empty secret would let anyone in");
+    asio::co_spawn(io_, accept_loop(), asio::detached);
+    asio::co_spawn(io_, watchdog(), asio::detached);
+  }
+
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  std::uint64_t generation() const { return generation_; }
+  std::size_t members() const { return members_.size(); }
+
+  /// The group as `job_server status` prints it.
+  std::string status() const {
+    std::ostringstream o;
+    o << "generation " << generation_ << (running_ ? " running" : " forming") << ", " << members_.size()
+      << " ranks, last completed step " << resume_step_ << "\n";
+    const auto now = clock::now();
+    for (const auto& m : members_) {
+      o << "  rank " << m->rank << "  worker " << m->id << "  " << m->info.host << "  step " << m->last.step
+        << "  step " << m->last.step_ms << " ms  allreduce " << m->last.allreduce_ms << " ms  busbw "
+        << m->last.busbw_gbps << " GB/s  loss " << m->last.loss << "  batch " << m->batch << "  seen "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(now - m->last_seen).count() << " ms ago\n";
+    }
+    for (const auto& w : sessions_)
+      if (w->registered && w->role_worker && !w->in_generation(generation_))
+        o << "  waiting: worker " << w->id << "  " << w->info.host << "\n";
+    return o.str();
+  }
+
+ private:
+  struct session {
+    explicit session(tcp::socket s) : socket(std::move(s)), wake(socket.get_executor()) {
+      wake.expires_at(clock::time_point::max());
+      connected = last_seen = clock::now();
+    }
+    void send(const message& m) {
+      if (closed) return;
+      outbox.push_back(encode(m));
+      wake.cancel_one();
+    }
+    bool in_generation(std::uint64_t g) const { return member_of == g && g != 0; }
+
+    tcp::socket socket;
+    asio::steady_timer wake;  // the writer sleeps on it until the outbox fills
+    std::deque<std::vector<std::byte>> outbox;
+    bool closed = false, registered = false, role_worker = true, left = false;
+    std::uint64_t id = 0, member_of = 0;
+    std::uint32_t rank = 0, batch = 0;
+    worker_info info;
+    heartbeat last;
+    double throughput = 1.0;
+    clock::time_point connected, last_seen;
+    nonce challenge{};
+    std::string peer;
+  };
+  using session_ptr = std::shared_ptr<session>;
+
+  struct pending_get {
+    std::weak_ptr<session> who;
+    std::uint64_t id;
+    std::string key;
+    clock::time_point deadline;
+  };
+
+  void log(const std::string& line) const {
+    if (!settings_.quiet) std::fprintf(stderr, "job_server: %s\n", line.c_str());
+  }
+
+  asio::awaitable<void> accept_loop() {
+    while (true) {
+      tcp::socket socket = co_await acceptor_.async_accept(asio::use_awaitable);
+      socket.set_option(tcp::no_delay(true));
+      auto s = std::make_shared<session>(std::move(socket));
+      boost::system::error_code ec;
+      const auto remote = s->socket.remote_endpoint(ec);
+      s->peer = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+      sessions_.push_back(s);
+      asio::co_spawn(io_, writer(s), asio::detached);
+      asio::co_spawn(io_, reader(s), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> writer(session_ptr s) {
+    try {
+      while (!s->closed || !s->outbox.empty()) {
+        while (!s->outbox.empty()) {
+          co_await asio::async_write(s->socket, asio::buffer(s->outbox.front()), asio::use_awaitable);
+          s->outbox.pop_front();
+        }
+        if (s->closed) break;
+        boost::system::error_code ec;
+        co_await s->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+    } catch (const std::exception&) {
+    }
+    boost::system::error_code ignored;
+    s->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    s->socket.close(ignored);
+  }
+
+  asio::awaitable<void> reader(session_ptr s) {
+    std::string why;
+    try {
+      s->challenge = random_nonce();
+      s->send(challenge{s->challenge});
+      std::array<std::byte, header_bytes> header{};
+      std::vector<std::byte> payload;
+      while (!s->closed) {
+        co_await asio::async_read(s->socket, asio::buffer(header), asio::use_awaitable);
+        const frame_header h = parse_header(header.data());
+        payload.resize(h.length);
+        co_await asio::async_read(s->socket, asio::buffer(payload), asio::use_awaitable);
+        handle(s, decode(h.type, payload.data(), payload.size()));
+      }
+    } catch (const protocol_error& e) {
+      why = std::string("broke the protocol: ") + e.what();
+    } catch (const boost::system::system_error& e) {
+      why = e.code() == asio::error::eof ? "closed the connection" : "connection failed: " + e.code().message();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!s->closed) close(s, why);
+  }
+
+  /// Ends a session: a reason to the client when it can still read one, a log line, and
+  /// a new generation if it was a member of the running one.
+  void close(const session_ptr& s, const std::string& why) {
+    if (s->closed) return;
+    if (s->registered || !why.empty()) s->send(reject{why});
+    s->closed = true;
+    s->wake.cancel_one();
+    boost::system::error_code ignored;
+    s->socket.shutdown(tcp::socket::shutdown_receive, ignored);
+    log((s->registered ? "worker " + std::to_string(s->id) + " (" + s->info.host + ")" : "connection " + s->peer) +
+        ": " + why);
+    sessions_.erase(std::remove(sessions_.begin(), sessions_.end(), s), sessions_.end());
+    if (s->in_generation(generation_) && running_ && !s->left) {
+      revoke_all("rank " + std::to_string(s->rank) + " (worker " + std::to_string(s->id) + ", " + s->info.host +
+                 ") " + why);
+    }
+  }
+
+  void handle(const session_ptr& s, message m) {
+    s->last_seen = clock::now();
+    if (std::getenv("MIMATRIX_JOB_TRACE")) {
+      std::string what = std::to_string(unsigned(kind_of(m)));
+      if (auto* x = std::get_if<store_set>(&m)) what += " set " + x->key;
+      if (auto* x = std::get_if<store_get>(&m)) what += " get " + x->key + " " + std::to_string(x->timeout_ms);
+      if (auto* x = std::get_if<store_add>(&m)) what += " add " + x->key;
+      if (!std::holds_alternative<heartbeat>(m)) log("trace worker " + std::to_string(s->id) + ": " + what);
+    }
+    if (!s->registered) {
+      auto* h = std::get_if<hello>(&m);
+      if (!h) return close(s, "sent a " + std::to_string(unsigned(kind_of(m))) + " message before authenticating");
+      if (!verify(settings_.secret, s->challenge, h->mac)) return close(s, "failed authentication");
+      s->registered = true;
+      s->id = ++last_id_;
+      s->info = h->info;
+      s->role_worker = h->info.accelerators != observer_mark;
+      s->throughput = h->info.throughput > 0 ? h->info.throughput : 1.0;
+      s->send(welcome{s->id});
+      if (s->role_worker) {
+        log("worker " + std::to_string(s->id) + " joined from " + s->info.host + " (" + s->peer + ")");
+        if (!first_waiting_) first_waiting_ = clock::now();
+      }
+      return;
+    }
+    std::visit(
+        [&](auto& body) {
+          using T = std::decay_t<decltype(body)>;
+          if constexpr (std::is_same_v<T, heartbeat>) {
+            if (body.generation == generation_ && s->in_generation(generation_)) s->last = body;
+            if (body.throughput > 0) s->throughput = body.throughput;
+          } else if constexpr (std::is_same_v<T, failure>) {
+            if (body.generation == generation_ && running_ && s->in_generation(generation_))
+              revoke_all("rank " + std::to_string(s->rank) + " reported: " + body.reason);
+          } else if constexpr (std::is_same_v<T, store_set>) {
+            store_[body.key] = std::move(body.value);
+            s->send(store_reply{body.id, store_reply::outcome::ok, {}, 0, {}});
+            answer_gets(body.key);
+          } else if constexpr (std::is_same_v<T, store_add>) {
+            std::int64_t& counter = counters_[body.key];
+            counter += body.delta;
+            s->send(store_reply{body.id, store_reply::outcome::ok, {}, counter, {}});
+          } else if constexpr (std::is_same_v<T, store_get>) {
+            if (auto it = store_.find(body.key); it != store_.end())
+              s->send(store_reply{body.id, store_reply::outcome::ok, it->second, 0, {}});
+            else
+              gets_.push_back({s, body.id, body.key, clock::now() + std::chrono::milliseconds(body.timeout_ms)});
+          } else if constexpr (std::is_same_v<T, leave>) {
+            s->left = true;  // done: the others finish too, and nothing is revoked
+            close(s, "left: its work is done");
+          } else if constexpr (std::is_same_v<T, status_request>) {
+            s->send(status_reply{status()});
+          } else {
+            close(s, "sent a message only the server sends (kind " + std::to_string(unsigned(kind_of(m))) + ")");
+          }
+        },
+        m);
+  }
+
+  void answer_gets(const std::string& key) {
+    const auto it = store_.find(key);
+    std::erase_if(gets_, [&](const pending_get& g) {
+      if (g.key != key) return false;
+      if (auto who = g.who.lock()) who->send(store_reply{g.id, store_reply::outcome::ok, it->second, 0, {}});
+      return true;
+    });
+  }
+
+  asio::awaitable<void> watchdog() {
+    while (true) {
+      tick_.expires_after(std::chrono::milliseconds(20));
+      co_await tick_.async_wait(asio::use_awaitable);
+      const auto now = clock::now();
+      for (const auto& s : std::vector<session_ptr>(sessions_)) {
+        if (!s->registered && now - s->connected > settings_.hello_deadline)
+          close(s, "did not authenticate within " + std::to_string(settings_.hello_deadline.count()) + " ms");
+        else if (s->in_generation(generation_) && now - s->last_seen > settings_.heartbeat_deadline)
+          close(s, "missed heartbeats for " + std::to_string(settings_.heartbeat_deadline.count()) + " ms");
+      }
+      std::erase_if(gets_, [&](const pending_get& g) {
+        if (now < g.deadline) return false;
+        if (auto who = g.who.lock())
+          who->send(store_reply{g.id, store_reply::outcome::timeout, {}, 0, "no rank set it in time"});
+        return true;
+      });
+      maybe_form(now);
+    }
+  }
+
+  std::vector<session_ptr> candidates() const {
+    std::vector<session_ptr> c;
+    for (const auto& s : sessions_)
+      if (s->registered && s->role_worker && !s->closed) c.push_back(s);
+    return c;
+  }
+
+  void maybe_form(clock::time_point now) {
+    const auto ready = candidates();
+    if (running_) {
+      for (const auto& s : ready)
+        if (!s->in_generation(generation_)) {  // a late joiner: admitted at the next generation, formed now
+          revoke_all("worker " + std::to_string(s->id) + " (" + s->info.host + ") joins");
+          break;
+        }
+      return;
+    }
+    if (ready.empty()) return;
+    const int n = int(ready.size());
+    const bool waited = first_waiting_ && now - *first_waiting_ >= settings_.form_after;
+    if (n >= settings_.expected || (n >= settings_.minimum && (waited || generation_ > 0))) form(ready);
+  }
+
+  void revoke_all(const std::string& why) {
+    if (!running_) return;
+    log("generation " + std::to_string(generation_) + " revoked: " + why);
+    for (const auto& m : members_) m->send(revoke{generation_, why});
+    running_ = false;
+    maybe_form(clock::now());
+  }
+
+  void form(std::vector<session_ptr> group) {
+    std::stable_sort(group.begin(), group.end(), [](const session_ptr& a, const session_ptr& b) {
+      return a->info.host != b->info.host ? a->info.host < b->info.host : a->id < b->id;
+    });
+    // The keys of older generations go: a store holds one generation's rendezvous.
+    for (auto it = store_.begin(); it != store_.end();) it = it->first.rfind("g", 0) == 0 ? store_.erase(it) : ++it;
+    counters_.clear();
+    resume_step_ = completed_step();
+    ++generation_;
+    members_ = group;
+    std::vector<double> speed;
+    std::vector<std::string> hosts;
+    for (const auto& m : group) speed.push_back(m->throughput), hosts.push_back(m->info.host);
+    const split sp = split_by_throughput(speed, settings_.global_batch, settings_.samples);
+    for (std::size_t r = 0; r < group.size(); ++r) {
+      auto& m = *group[r];
+      m.member_of = generation_;
+      m.rank = std::uint32_t(r);
+      m.batch = sp.batch[r];
+      m.last = heartbeat{};
+      m.last_seen = clock::now();
+      m.send(assignment{generation_, std::uint32_t(r), std::uint32_t(group.size()), hosts, sp.shard[r].first,
+                        sp.shard[r].second, sp.batch[r], resume_step_});
+    }
+    running_ = true;
+    first_waiting_.reset();
+    log("generation " + std::to_string(generation_) + " formed: " + std::to_string(group.size()) + " ranks");
+  }
+
+  /// The last step every member of the generation completed (monotone across generations).
+  std::uint64_t completed_step() const {
+    if (members_.empty()) return resume_step_;
+    std::uint64_t least = UINT64_MAX;
+    for (const auto& m : members_) least = std::min(least, m->last.step);
+    return std::max(resume_step_, least == UINT64_MAX ? 0 : least);
+  }
+
+ public:
+  /// hello's accelerators field from a client that only observes (`job_server status`).
+  static constexpr std::uint32_t observer_mark = 0xffffffffu;
+
+ private:
+  asio::io_context& io_;
+  server_settings settings_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer tick_;
+  std::vector<session_ptr> sessions_, members_;
+  std::vector<pending_get> gets_;
+  std::map<std::string, std::vector<std::byte>> store_;
+  std::map<std::string, std::int64_t> counters_;
+  std::uint64_t last_id_ = 0, generation_ = 0, resume_step_ = 0;
+  bool running_ = false;
+  std::optional<clock::time_point> first_waiting_;
+};
+
+}  // namespace mimatrix::job

@@ -1,0 +1,282 @@
+// The job server on loopback with worker processes that allreduce over libfabric (shm),
+// meeting through the server's store: a group of four forms and is exact; a killed worker
+// yields a three-rank generation whose allreduces are exact; a late worker is admitted at
+// the next generation; a slower worker gets a smaller local batch; bad and
+// unauthenticated clients are turned away while the group works.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/allreduce.hpp"
+#include "mimatrix/transport/fabric.hpp"
+#include "multi_process.hpp"
+#include "server.hpp"
+#include "worker.hpp"
+
+namespace mimatrix {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::fabric;
+const char* const secret = "test-secret-7f3a";
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+/// A worker: joins, and in each generation allreduces every 20 ms, reporting steps in
+/// heartbeats, until it has done STEPS steps in a generation of TARGET ranks. The worker
+/// given rank KILL_RANK in generation 1 kills itself after its second step.
+MIMATRIX_SCENARIO(worker) {
+  job::worker_settings s;
+  s.port = std::uint16_t(env_int("JOB_PORT", 0));
+  s.secret = secret;
+  s.info.host = "localhost";
+  s.info.throughput = env_int("THROUGHPUT", 100);
+  s.heartbeat = 100ms;
+  job::worker_client w(s);
+  std::mutex current_mutex;
+  fabric* current = nullptr;
+  w.on_revoke([&](const job::revoke& r) {
+    std::lock_guard lock(current_mutex);
+    if (current) current->abort("the job server revoked generation " + std::to_string(r.generation) + ": " + r.reason);
+  });
+  const int target = env_int("TARGET", 4), steps = env_int("STEPS", 5), kill_rank = env_int("KILL_RANK", -1);
+  while (true) {
+    const job::assignment a = w.next_assignment(60s);
+    std::printf("generation %llu: rank %u of %u, batch %u, shard [%llu, %llu)\n",
+                static_cast<unsigned long long>(a.generation), a.rank, a.size, a.local_batch,
+                static_cast<unsigned long long>(a.shard_begin), static_cast<unsigned long long>(a.shard_end));
+    std::fflush(stdout);
+    if (w.revoked() >= a.generation) continue;  // already over
+    transport::fabric_options options;
+    options.group = job::group_name(a);
+    communicator<fabric> comm(job::identity_of(a), std::make_shared<job::job_store>(w, a.generation), options);
+    comm.set_timeout(10s);
+    {
+      std::lock_guard lock(current_mutex);
+      current = &comm.transport();
+    }
+    if (w.revoked() >= a.generation) comm.transport().abort("revoked before it started");
+    allreduce<fabric, topology::ring, reduce::sum<std::int64_t>> sum(comm);
+    int done = 0;
+    bool exact = true;
+    try {
+      for (int step = 1; step <= (int(a.size) == target ? steps : 1000000); ++step) {
+        std::vector<std::int64_t> data(10000, comm.rank() + 1);
+        sum(data);
+        exact = exact && data[0] == std::int64_t(a.size) * (a.size + 1) / 2 && data.back() == data[0];
+        ++done;
+        w.report(job::heartbeat{a.generation, a.resume_step + std::uint64_t(step), 20, 1, 0, 0, 0});
+        if (a.generation == 1 && int(a.rank) == kill_rank && step == 2) ::raise(SIGKILL);
+        std::this_thread::sleep_for(20ms);
+      }
+    } catch (const error& e) {
+      std::printf("generation %llu ended after %d steps: %s\n", static_cast<unsigned long long>(a.generation), done,
+                  e.what());
+    }
+    {
+      std::lock_guard lock(current_mutex);
+      current = nullptr;
+    }
+    if (!exact) return std::printf("generation %llu: a result was wrong\n", static_cast<unsigned long long>(a.generation)), 1;
+    if (int(a.size) == target && done == steps) {
+      w.leave(a.generation);
+      std::printf("DONE generation %llu size %u: %d steps exact\n", static_cast<unsigned long long>(a.generation),
+                  a.size, done);
+      return 0;
+    }
+  }
+}
+
+job::server_settings group_of(int expected, int minimum) {
+  job::server_settings s;
+  s.expected = expected;
+  s.minimum = minimum;
+  return s;
+}
+
+/// The server on a thread of the test process.
+struct running_server {
+  explicit running_server(job::server_settings s) : server(io, with_secret(std::move(s))), thread([this] { io.run(); }) {}
+  ~running_server() {
+    io.stop();
+    thread.join();
+  }
+  static job::server_settings with_secret(job::server_settings s) {
+    s.secret = secret;
+    return s;
+  }
+  boost::asio::io_context io;
+  job::job_server server;
+  std::thread thread;
+};
+
+bootstrap::launch_result run_workers(int n, std::uint16_t port, std::vector<std::pair<std::string, std::string>> env) {
+  bootstrap::launch_options o;
+  o.ranks = n;
+  o.argv = {test::self_executable()};
+  o.env = std::move(env);
+  o.env.emplace_back("MIMATRIX_TEST_SCENARIO", "worker");
+  o.env.emplace_back("MIMATRIX_PROVIDER", "shm");
+  o.env.emplace_back("JOB_PORT", std::to_string(port));
+  o.capture = true;
+  o.timeout = 90s;
+  o.grace = 60s;  // a killed worker must not end the others
+  return bootstrap::launch_local(o);
+}
+
+/// One more worker beside a launch (launch_local runs one launch at a time): its exit
+/// status and output, once it ends.
+struct lone_worker {
+  lone_worker(std::uint16_t port, std::vector<std::pair<std::string, std::string>> env) {
+    env.emplace_back("MIMATRIX_TEST_SCENARIO", "worker");
+    env.emplace_back("MIMATRIX_PROVIDER", "shm");
+    env.emplace_back("JOB_PORT", std::to_string(port));
+    char path[] = "/tmp/mimatrix_job_worker_XXXXXX";
+    const int fd = ::mkstemp(path);
+    output_path = path;
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      const std::string self = test::self_executable();
+      ::execl(self.c_str(), self.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fd);
+  }
+  /// Waits for it (at most 90 s, then kills it).
+  int wait() {
+    int status = 0;
+    for (int k = 0; k < 9000 && ::waitpid(pid, &status, WNOHANG) == 0; ++k) std::this_thread::sleep_for(10ms);
+    if (::waitpid(pid, &status, WNOHANG) == 0) ::kill(pid, SIGKILL), ::waitpid(pid, &status, 0);
+    std::ifstream in(output_path);
+    output.assign(std::istreambuf_iterator<char>(in), {});
+    ::unlink(output_path.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  pid_t pid = -1;
+  std::string output_path, output;
+};
+
+int done_lines(const bootstrap::launch_result& r, const std::string& what) {
+  int n = 0;
+  for (const auto& out : r.output) n += out.find(what) != std::string::npos;
+  return n;
+}
+
+TEST(job_server, four_workers_form_a_group_and_allreduce_through_it) {
+  running_server s(group_of(4, 4));
+  const auto r = run_workers(4, s.server.port(), {{"TARGET", "4"}});
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "DONE generation 1 size 4: 5 steps exact"), 4) << test::all_output(r);
+}
+
+TEST(job_server, a_killed_worker_yields_a_generation_of_three_whose_allreduces_are_exact) {
+  auto settings = group_of(4, 3);
+  settings.heartbeat_deadline = 1500ms;
+  running_server s(settings);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_workers(4, s.server.port(), {{"TARGET", "3"}, {"KILL_RANK", "3"}});
+  int killed = 0;
+  for (int st : r.status) killed += st == 128 + SIGKILL;
+  EXPECT_EQ(killed, 1) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "DONE generation 2 size 3: 5 steps exact"), 3) << test::all_output(r);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+}
+
+TEST(job_server, a_late_worker_is_admitted_at_the_next_generation) {
+  running_server s(group_of(3, 3));
+  std::unique_ptr<lone_worker> late;
+  std::thread starter([&] {
+    while (s.server.generation() == 0) std::this_thread::sleep_for(10ms);  // read racily: a test's wait
+    std::this_thread::sleep_for(300ms);
+    late = std::make_unique<lone_worker>(s.server.port(), std::vector<std::pair<std::string, std::string>>{{"TARGET", "4"}});
+  });
+  const auto r = run_workers(3, s.server.port(), {{"TARGET", "4"}});
+  starter.join();
+  EXPECT_EQ(late->wait(), 0) << late->output;
+  EXPECT_NE(late->output.find("size 4: 5 steps exact"), std::string::npos) << late->output;
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "size 4: 5 steps exact"), 3) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "generation 1: rank"), 3) << test::all_output(r);
+}
+
+TEST(job_server, a_slower_worker_gets_a_proportionally_smaller_local_batch) {
+  auto settings = group_of(2, 2);
+  settings.samples = 1000;
+  settings.global_batch = 100;
+  running_server s(settings);
+  lone_worker slow(s.server.port(), {{"TARGET", "2"}, {"THROUGHPUT", "100"}});
+  const auto r = run_workers(1, s.server.port(), {{"TARGET", "2"}, {"THROUGHPUT", "300"}});
+  EXPECT_EQ(slow.wait(), 0) << slow.output;
+  // Shards follow the batches: a quarter of the 1000 samples for the slow one.
+  const bool slow_first = slow.output.find("batch 25, shard [0, 250)") != std::string::npos;
+  EXPECT_TRUE(slow_first || slow.output.find("batch 25, shard [750, 1000)") != std::string::npos) << slow.output;
+  EXPECT_NE(r.output[0].find(slow_first ? "batch 75, shard [250, 1000)" : "batch 75, shard [0, 750)"), std::string::npos)
+      << test::all_output(r);
+}
+
+/// A raw connection that sends `bytes` (after reading the challenge) and reports whether
+/// the server then closed it.
+bool closed_after(std::uint16_t port, const std::vector<std::byte>& bytes, bool read_challenge = true) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket sock(io);
+  sock.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  std::array<std::byte, 64> buf{};
+  boost::system::error_code ec;
+  if (read_challenge) boost::asio::read(sock, boost::asio::buffer(buf.data(), job::header_bytes + job::nonce_bytes), ec);
+  if (!bytes.empty()) boost::asio::write(sock, boost::asio::buffer(bytes), ec);
+  std::vector<std::byte> rest(4096);
+  for (int k = 0; k < 100; ++k) {  // read until EOF: the server closed it
+    sock.read_some(boost::asio::buffer(rest), ec);
+    if (ec) return ec == boost::asio::error::eof || ec == boost::asio::error::connection_reset;
+  }
+  return false;
+}
+
+TEST(job_server, bad_and_unauthenticated_clients_are_rejected_while_the_group_works) {
+  auto settings = group_of(3, 3);
+  settings.hello_deadline = 500ms;
+  running_server s(settings);
+  std::thread group([&] {
+    const auto r = run_workers(3, s.server.port(), {{"TARGET", "3"}, {"STEPS", "20"}});
+    EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+    EXPECT_EQ(done_lines(r, "DONE generation 1 size 3: 20 steps exact"), 3) << test::all_output(r);
+  });
+  const std::uint16_t port = s.server.port();
+  auto wrong_mac = job::encode(job::hello{{}, job::worker_info{"intruder", 0, 0, 1}});
+  EXPECT_TRUE(closed_after(port, wrong_mac));
+  auto garbage = std::vector<std::byte>(64, std::byte{0x5a});
+  EXPECT_TRUE(closed_after(port, garbage));
+  auto oversized = job::encode(job::reject{"x"});
+  const std::uint32_t huge = 0x40000000;
+  std::memcpy(oversized.data(), &huge, 4);
+  EXPECT_TRUE(closed_after(port, oversized));
+  EXPECT_TRUE(closed_after(port, job::encode(job::store_get{1, "g1/x", 10})));  // before authenticating
+  EXPECT_TRUE(closed_after(port, {}));  // silent past the hello deadline
+  group.join();
+}
+
+}  // namespace
+}  // namespace mimatrix

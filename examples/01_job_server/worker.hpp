@@ -1,0 +1,279 @@
+// The worker side of the job server, for any trainer to include: connect and
+// authenticate, wait for a generation's assignment, meet the generation's ranks through
+// the server's store (a bootstrap::store), send heartbeats with the last step's
+// statistics, and hear of a revoked generation (abort the communicator; then wait for the
+// next assignment). Blocking calls; a thread reads the server and another beats.
+#pragma once
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "auth.hpp"
+#include "mimatrix/bootstrap/env.hpp"
+#include "mimatrix/bootstrap/store.hpp"
+#include "mimatrix/core/error.hpp"
+#include "protocol.hpp"
+
+namespace mimatrix::job {
+
+struct worker_settings {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string secret;
+  worker_info info;
+  std::chrono::milliseconds heartbeat{200};
+};
+
+/// @par Thread Safety
+/// Every member may be called from any thread; on_revoke's callback runs on the reader
+/// thread.
+class worker_client {
+ public:
+  /// Connects and authenticates; throws std::runtime_error with the server's reason.
+  explicit worker_client(worker_settings s) : settings_(std::move(s)), socket_(io_) {
+    boost::asio::ip::tcp::resolver resolver(io_);
+    boost::asio::connect(socket_, resolver.resolve(settings_.address, std::to_string(settings_.port)));
+    socket_.set_option(boost::asio::ip::tcp::no_delay(true));
+    const message first = read_message();
+    const auto* c = std::get_if<challenge>(&first);
+    if (!c) throw std::runtime_error("job server at " + where() + " did not send a challenge");
+    send(hello{answer(settings_.secret, c->nonce), settings_.info});
+    const message reply = read_message();
+    if (const auto* r = std::get_if<reject>(&reply)) throw std::runtime_error("job server refused: " + r->reason);
+    const auto* w = std::get_if<welcome>(&reply);
+    if (!w) throw std::runtime_error("job server at " + where() + " did not welcome this worker");
+    id_ = w->worker_id;
+    reader_ = std::thread([this] { read_loop(); });
+    if (settings_.heartbeat.count() > 0) beater_ = std::thread([this] { beat_loop(); });
+  }
+  worker_client(const worker_client&) = delete;
+  worker_client& operator=(const worker_client&) = delete;
+  ~worker_client() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    boost::system::error_code ignored;
+    socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+    if (beater_.joinable()) beater_.join();
+    if (reader_.joinable()) reader_.join();
+    socket_.close(ignored);
+  }
+
+  std::uint64_t id() const { return id_; }
+  std::string where() const { return "tcp://" + settings_.address + ":" + std::to_string(settings_.port); }
+
+  /// The next generation's assignment; throws mimatrix::error(timeout) after `timeout`,
+  /// errc::peer_lost once the server is gone.
+  assignment next_assignment(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!changed_.wait_for(lock, timeout, [&] { return !assignments_.empty() || closed_; }))
+      throw error(errc::timeout, "job server at " + where() + ": no assignment within " +
+                                     std::to_string(timeout.count()) + " ms");
+    if (assignments_.empty()) throw error(errc::peer_lost, "job server at " + where() + " closed: " + closed_why_);
+    assignment a = std::move(assignments_.front());
+    assignments_.pop_front();
+    return a;
+  }
+
+  /// Called on the reader thread when the server revokes a generation.
+  void on_revoke(std::function<void(const revoke&)> f) {
+    std::lock_guard lock(mutex_);
+    on_revoke_ = std::move(f);
+  }
+  /// The newest generation revoked (0: none).
+  std::uint64_t revoked() const { return revoked_.load(); }
+
+  /// The statistics the next heartbeats carry.
+  void report(const heartbeat& h) {
+    std::lock_guard lock(mutex_);
+    stats_ = h;
+  }
+  /// Done with the job: the server lets this worker go without revoking its generation.
+  void leave(std::uint64_t generation) { send(job::leave{generation}); }
+  void report_failure(std::uint64_t generation, const std::string& why) {
+    send(failure{generation, why.substr(0, max_text_bytes)});
+  }
+
+  /// One store request and its reply.
+  store_reply request(message m, std::uint64_t id, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    replies_.emplace(id, std::nullopt);
+    lock.unlock();
+    send(m);
+    lock.lock();
+    const bool got = changed_.wait_for(lock, timeout, [&] { return replies_[id].has_value() || closed_; });
+    auto reply = std::move(replies_[id]);
+    replies_.erase(id);
+    if (!got) throw error(errc::timeout, "job server at " + where() + " did not answer a store request");
+    if (!reply) throw error(errc::transport, "job server at " + where() + " closed: " + closed_why_);
+    return std::move(*reply);
+  }
+  std::uint64_t next_request_id() { return ++request_id_; }
+
+  /// The status the server prints for `job_server status`.
+  std::string status() {
+    std::unique_lock lock(mutex_);
+    status_.reset();
+    lock.unlock();
+    send(status_request{});
+    lock.lock();
+    changed_.wait_for(lock, std::chrono::seconds(5), [&] { return status_.has_value() || closed_; });
+    return status_.value_or("(no answer)");
+  }
+
+ private:
+  message read_message() {
+    std::array<std::byte, header_bytes> header{};
+    boost::asio::read(socket_, boost::asio::buffer(header));
+    const frame_header h = parse_header(header.data());
+    std::vector<std::byte> payload(h.length);
+    boost::asio::read(socket_, boost::asio::buffer(payload));
+    return decode(h.type, payload.data(), payload.size());
+  }
+  void send(const message& m) {
+    const auto frame = encode(m);
+    std::lock_guard lock(write_mutex_);
+    boost::system::error_code ec;
+    boost::asio::write(socket_, boost::asio::buffer(frame), ec);  // a closed server shows in the reader
+  }
+
+  void read_loop() {
+    std::string why = "the connection ended";
+    try {
+      while (true) {
+        message m = read_message();
+        std::function<void(const revoke&)> callback;
+        {
+          std::lock_guard lock(mutex_);
+          if (auto* a = std::get_if<assignment>(&m)) assignments_.push_back(std::move(*a));
+          if (auto* r = std::get_if<store_reply>(&m); r && replies_.count(r->id)) replies_[r->id] = std::move(*r);
+          if (auto* s = std::get_if<status_reply>(&m)) status_ = s->text;
+          if (auto* r = std::get_if<reject>(&m)) why = r->reason;
+          if (std::holds_alternative<revoke>(m)) callback = on_revoke_;
+        }
+        if (auto* r = std::get_if<revoke>(&m)) {
+          revoked_ = r->generation;
+          if (callback) callback(*r);
+        }
+        changed_.notify_all();
+      }
+    } catch (const std::exception& e) {
+      if (why == "the connection ended") why = e.what();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+      closed_why_ = why;
+    }
+    changed_.notify_all();
+  }
+
+  void beat_loop() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_ && !closed_) {
+      const heartbeat h = stats_;
+      lock.unlock();
+      send(h);
+      lock.lock();
+      changed_.wait_for(lock, settings_.heartbeat, [&] { return stopping_ || closed_; });
+    }
+  }
+
+  worker_settings settings_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::socket socket_;
+  std::uint64_t id_ = 0;
+  std::mutex mutex_, write_mutex_;
+  std::condition_variable changed_;
+  std::deque<assignment> assignments_;
+  std::map<std::uint64_t, std::optional<store_reply>> replies_;
+  std::optional<std::string> status_;
+  std::function<void(const revoke&)> on_revoke_;
+  heartbeat stats_;
+  std::atomic<std::uint64_t> revoked_{0}, request_id_{0};
+  bool closed_ = false, stopping_ = false;
+  std::string closed_why_;
+  std::thread reader_, beater_;
+};
+
+/// A generation's rendezvous store, served by the job server: every key is the
+/// generation's own ("g<generation>/key"), so ranks of different generations never meet.
+class job_store final : public bootstrap::store {
+ public:
+  job_store(worker_client& client, std::uint64_t generation)
+      : client_(client), prefix_("g" + std::to_string(generation) + "/") {}
+
+  void set(const std::string& key, const std::vector<std::byte>& value) override {
+    check_entry(key, value.size());
+    const auto id = client_.next_request_id();
+    expect_ok(client_.request(store_set{id, prefix_ + key, value}, id, std::chrono::seconds(30)), key);
+  }
+  std::vector<std::byte> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    const auto id = client_.next_request_id();
+    const auto ms = std::uint32_t(std::min<std::int64_t>(timeout.count(), 0x7fffffff));
+    auto reply = client_.request(store_get{id, prefix_ + key, ms}, id, timeout + std::chrono::seconds(5));
+    if (reply.result == store_reply::outcome::timeout)
+      throw error(errc::timeout, "key '" + key + "' was not set within " + std::to_string(timeout.count()) +
+                                     " ms in the rendezvous store at " + where());
+    expect_ok(reply, key);
+    return std::move(reply.value);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return add_within(key, delta, std::chrono::seconds(30));
+  }
+  std::int64_t add_within(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout) override {
+    const auto id = client_.next_request_id();
+    auto reply = client_.request(store_add{id, prefix_ + key, delta}, id, timeout);
+    expect_ok(reply, key);
+    return reply.number;
+  }
+  std::string where() const override { return "job server " + client_.where() + " (" + prefix_ + ")"; }
+
+ private:
+  void expect_ok(const store_reply& r, const std::string& key) const {
+    if (r.result != store_reply::outcome::ok)
+      throw error(errc::transport, "the rendezvous store at " + where() + " refused key '" + key + "': " + r.error);
+  }
+  worker_client& client_;
+  std::string prefix_;
+};
+
+/// The name of a generation's group (fabric_options::group): every process opens it once,
+/// whatever generations it saw before, so its store keys agree across the group.
+inline std::string group_name(const assignment& a) { return "job/g" + std::to_string(a.generation); }
+
+/// The identity an assignment gives: rank and size, and the local rank and size from the
+/// hosts in rank order.
+inline bootstrap::identity identity_of(const assignment& a) {
+  bootstrap::identity id;
+  id.rank = int(a.rank);
+  id.size = int(a.size);
+  id.local_rank = 0;
+  id.local_size = 0;
+  for (std::uint32_t r = 0; r < a.size; ++r)
+    if (a.hosts[r] == a.hosts[a.rank]) {
+      if (r < a.rank) ++id.local_rank;
+      ++id.local_size;
+    }
+  id.launcher = "job_server";
+  return id;
+}
+
+}  // namespace mimatrix::job
