@@ -53,6 +53,7 @@ enum class kind : std::uint16_t {
 
 struct worker_info {
   std::string host;
+  std::string key;  // stable across reconnections ("host:pid" by default): a restarted server knows it again
   std::uint32_t accelerators = 0;
   std::uint32_t nics = 0;
   double throughput = 1.0;  // samples a second it measured; the local batch follows it
@@ -204,6 +205,7 @@ class reader {
 
 inline void put(writer& w, const worker_info& i) {
   w.text(i.host);
+  w.text(i.key);
   w.u32(i.accelerators);
   w.u32(i.nics);
   w.f64(i.throughput);
@@ -211,6 +213,7 @@ inline void put(writer& w, const worker_info& i) {
 inline worker_info get_info(reader& r) {
   worker_info i;
   i.host = r.text();
+  i.key = r.text();
   i.accelerators = r.u32();
   i.nics = r.u32();
   i.throughput = r.f64();

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <boost/asio.hpp>
+#include <fcntl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -41,6 +43,9 @@ struct server_settings {
   std::uint64_t samples = 60000;                       // the dataset, split into shards
   std::uint32_t global_batch = 256;                    // B, split by throughput
   bool quiet = false;                                  // no log lines on stderr
+  /// Where the server keeps its state (generation, ranks and shards, last completed
+  /// step), so that a restarted server takes its workers back; empty: nowhere.
+  std::string state_file;
 };
 
 /// How the global batch and the dataset split over ranks: b_i = B·s_i/Σs (largest
@@ -78,6 +83,22 @@ inline split split_by_throughput(const std::vector<double>& speed, std::uint32_t
   return s;
 }
 
+/// What monitoring reads of the server: the generation and every worker's last report.
+struct worker_view {
+  std::uint64_t id = 0;
+  std::string host;
+  bool member = false;  // of the running generation (else waiting)
+  std::uint32_t rank = 0, local_batch = 0;
+  heartbeat last;       // its last statistics in this generation
+  double seen_ms_ago = 0;
+};
+struct server_view {
+  std::uint64_t generation = 0, completed_step = 0;
+  bool running = false;
+  std::uint64_t generations_revoked = 0, workers_rejected = 0;
+  std::vector<worker_view> workers;
+};
+
 /// @par Thread Safety
 /// Runs on one io_context thread; status() and the test accessors are for that thread
 /// (or after run() returned).
@@ -87,6 +108,8 @@ class job_server {
       : io_(io), settings_(std::move(s)), acceptor_(io, tcp::endpoint(asio::ip::address_v4::any(), settings_.port)),
         tick_(io) {
     if (settings_.secret.empty()) throw std::runtime_error("job server: an empty secret would let anyone in");
+    load_state();
+    close_on_exec(acceptor_.native_handle());
     asio::co_spawn(io_, accept_loop(), asio::detached);
     asio::co_spawn(io_, watchdog(), asio::detached);
   }
@@ -94,6 +117,30 @@ class job_server {
   std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
   std::uint64_t generation() const { return generation_; }
   std::size_t members() const { return members_.size(); }
+
+  /// The state monitoring shows (/metrics, the status page).
+  server_view view() const {
+    server_view v;
+    v.generation = generation_;
+    v.completed_step = completed_step();
+    v.running = running_;
+    v.generations_revoked = revoked_;
+    v.workers_rejected = rejected_;
+    const auto now = clock::now();
+    for (const auto& s : sessions_) {
+      if (!s->registered || !s->role_worker) continue;
+      worker_view w;
+      w.id = s->id;
+      w.host = s->info.host;
+      w.member = s->in_generation(generation_);
+      w.rank = s->rank;
+      w.local_batch = s->batch;
+      w.last = s->last;
+      w.seen_ms_ago = std::chrono::duration<double, std::milli>(now - s->last_seen).count();
+      v.workers.push_back(std::move(w));
+    }
+    return v;
+  }
 
   /// The group as `job_server status` prints it.
   std::string status() const {
@@ -148,6 +195,10 @@ class job_server {
     clock::time_point deadline;
   };
 
+  /// A process the server's process starts (a launcher, a worker beside it) must not keep
+  /// its port open past the server: Asio leaves descriptors inheritable.
+  static void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
+
   void log(const std::string& line) const {
     if (!settings_.quiet) std::fprintf(stderr, "job_server: %s\n", line.c_str());
   }
@@ -156,6 +207,7 @@ class job_server {
     while (true) {
       tcp::socket socket = co_await acceptor_.async_accept(asio::use_awaitable);
       socket.set_option(tcp::no_delay(true));
+      close_on_exec(socket.native_handle());
       auto s = std::make_shared<session>(std::move(socket));
       boost::system::error_code ec;
       const auto remote = s->socket.remote_endpoint(ec);
@@ -213,6 +265,7 @@ class job_server {
   void close(const session_ptr& s, const std::string& why) {
     if (s->closed) return;
     if (s->registered || !why.empty()) s->send(reject{why});
+    if (!s->registered) ++rejected_;
     s->closed = true;
     s->wake.cancel_one();
     boost::system::error_code ignored;
@@ -312,6 +365,10 @@ class job_server {
         return true;
       });
       maybe_form(now);
+      if (running_ && completed_step() != saved_step_ && now - saved_at_ > std::chrono::seconds(1)) {
+        saved_at_ = now;
+        save_state();
+      }
     }
   }
 
@@ -324,6 +381,7 @@ class job_server {
 
   void maybe_form(clock::time_point now) {
     const auto ready = candidates();
+    if (!saved_.empty() && !adopt_saved(ready, now)) return;
     if (running_) {
       for (const auto& s : ready)
         if (!s->in_generation(generation_)) {  // a late joiner: admitted at the next generation, formed now
@@ -343,6 +401,7 @@ class job_server {
     log("generation " + std::to_string(generation_) + " revoked: " + why);
     for (const auto& m : members_) m->send(revoke{generation_, why});
     running_ = false;
+    ++revoked_;
     maybe_form(clock::now());
   }
 
@@ -373,6 +432,89 @@ class job_server {
     running_ = true;
     first_waiting_.reset();
     log("generation " + std::to_string(generation_) + " formed: " + std::to_string(group.size()) + " ranks");
+    save_state();
+  }
+
+  // ---- the state file -----------------------------------------------------------------
+
+  struct saved_member {
+    std::uint32_t rank = 0, batch = 0;
+    std::string key, host;
+  };
+
+  /// Reads the state file, if there is one: the generation its workers run goes on once
+  /// they are all back.
+  void load_state() {
+    if (settings_.state_file.empty()) return;
+    std::ifstream in(settings_.state_file);
+    if (!in) return;
+    std::string word;
+    int version = 0;
+    if (!(in >> word >> version) || word != "mimatrix-job-state" || version != 1)
+      throw std::runtime_error("job server: '" + settings_.state_file + "' is not a job state file");
+    while (in >> word) {
+      if (word == "generation") in >> generation_;
+      else if (word == "completed_step") in >> resume_step_;
+      else if (word == "member") {
+        saved_member m;
+        in >> m.rank >> m.batch >> m.key >> m.host;
+        saved_.push_back(std::move(m));
+      } else {
+        throw std::runtime_error("job server: '" + settings_.state_file + "' holds an unknown entry '" + word + "'");
+      }
+    }
+    restarted_at_ = clock::now();
+    if (!saved_.empty())
+      log("restarted: waiting for the " + std::to_string(saved_.size()) + " workers of generation " +
+          std::to_string(generation_));
+  }
+
+  /// Writes the state file whole, then renames it over the old one.
+  void save_state() {
+    if (settings_.state_file.empty()) return;
+    saved_step_ = completed_step();
+    const std::string temporary = settings_.state_file + ".tmp";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << "mimatrix-job-state 1\ngeneration " << generation_ << "\ncompleted_step " << saved_step_ << "\n";
+      for (const auto& m : members_)
+        if (m->info.key.find_first_of(" \n") == std::string::npos && m->info.host.find_first_of(" \n") == std::string::npos)
+          out << "member " << m->rank << " " << m->batch << " " << m->info.key << " " << m->info.host << "\n";
+    }
+    std::rename(temporary.c_str(), settings_.state_file.c_str());
+  }
+
+  /// After a restart: once every worker of the saved generation is back, it goes on as
+  /// it was (same ranks, batches, shards; nothing revoked) and true; if they are not all
+  /// back within form_after, those that are drop the old generation and a new one forms
+  /// (true); else false: wait.
+  bool adopt_saved(const std::vector<session_ptr>& ready, clock::time_point now) {
+    std::vector<session_ptr> back(saved_.size());
+    std::size_t found = 0;
+    for (std::size_t i = 0; i < saved_.size(); ++i)
+      for (const auto& s : ready)
+        if (s->info.key == saved_[i].key) back[i] = s, ++found;
+    if (found == saved_.size()) {
+      members_.clear();
+      for (std::size_t i = 0; i < saved_.size(); ++i) {
+        back[i]->member_of = generation_;
+        back[i]->rank = saved_[i].rank;
+        back[i]->batch = saved_[i].batch;
+        members_.push_back(back[i]);
+      }
+      std::sort(members_.begin(), members_.end(), [](const session_ptr& a, const session_ptr& b) { return a->rank < b->rank; });
+      running_ = true;
+      saved_.clear();
+      log("generation " + std::to_string(generation_) + " goes on after a restart: all " +
+          std::to_string(members_.size()) + " workers are back");
+      save_state();
+      return false;
+    }
+    if (now - restarted_at_ < settings_.form_after) return false;
+    for (const auto& s : back)
+      if (s) s->send(revoke{generation_, "the job server restarted and not every worker came back"});
+    saved_.clear();
+    return true;
   }
 
   /// The last step every member of the generation completed (monotone across generations).
@@ -396,9 +538,12 @@ class job_server {
   std::vector<pending_get> gets_;
   std::map<std::string, std::vector<std::byte>> store_;
   std::map<std::string, std::int64_t> counters_;
-  std::uint64_t last_id_ = 0, generation_ = 0, resume_step_ = 0;
+  std::uint64_t last_id_ = 0, generation_ = 0, resume_step_ = 0, revoked_ = 0, rejected_ = 0;
   bool running_ = false;
   std::optional<clock::time_point> first_waiting_;
+  std::vector<saved_member> saved_;  // of the generation a restarted server waits for
+  clock::time_point restarted_at_{}, saved_at_{};
+  std::uint64_t saved_step_ = 0;
 };
 
 }  // namespace mimatrix::job

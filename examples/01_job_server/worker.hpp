@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct worker_settings {
   std::string secret;
   worker_info info;
   std::chrono::milliseconds heartbeat{200};
+  /// After the connection is lost, how long to keep reconnecting (a restarted server
+  /// takes its workers back); 0: not at all. Training goes on meanwhile: the server is
+  /// not on a step's path.
+  std::chrono::milliseconds reconnect_for{0};
 };
 
 /// @par Thread Safety
@@ -46,18 +51,8 @@ class worker_client {
  public:
   /// Connects and authenticates; throws std::runtime_error with the server's reason.
   explicit worker_client(worker_settings s) : settings_(std::move(s)), socket_(io_) {
-    boost::asio::ip::tcp::resolver resolver(io_);
-    boost::asio::connect(socket_, resolver.resolve(settings_.address, std::to_string(settings_.port)));
-    socket_.set_option(boost::asio::ip::tcp::no_delay(true));
-    const message first = read_message();
-    const auto* c = std::get_if<challenge>(&first);
-    if (!c) throw std::runtime_error("job server at " + where() + " did not send a challenge");
-    send(hello{answer(settings_.secret, c->nonce), settings_.info});
-    const message reply = read_message();
-    if (const auto* r = std::get_if<reject>(&reply)) throw std::runtime_error("job server refused: " + r->reason);
-    const auto* w = std::get_if<welcome>(&reply);
-    if (!w) throw std::runtime_error("job server at " + where() + " did not welcome this worker");
-    id_ = w->worker_id;
+    if (settings_.info.key.empty()) settings_.info.key = settings_.info.host + ":" + std::to_string(::getpid());
+    join();
     reader_ = std::thread([this] { read_loop(); });
     if (settings_.heartbeat.count() > 0) beater_ = std::thread([this] { beat_loop(); });
   }
@@ -76,7 +71,9 @@ class worker_client {
     socket_.close(ignored);
   }
 
-  std::uint64_t id() const { return id_; }
+  std::uint64_t id() const { return id_.load(); }
+  /// Times the connection was lost and made again.
+  int reconnections() const { return reconnections_.load(); }
   std::string where() const { return "tcp://" + settings_.address + ":" + std::to_string(settings_.port); }
 
   /// The next generation's assignment; throws mimatrix::error(timeout) after `timeout`,
@@ -148,14 +145,65 @@ class worker_client {
     return decode(h.type, payload.data(), payload.size());
   }
   void send(const message& m) {
-    const auto frame = encode(m);
     std::lock_guard lock(write_mutex_);
+    send_unlocked(m);
+  }
+  void send_unlocked(const message& m) {
+    const auto frame = encode(m);
     boost::system::error_code ec;
     boost::asio::write(socket_, boost::asio::buffer(frame), ec);  // a closed server shows in the reader
   }
 
+  /// Connects, authenticates and registers; throws std::runtime_error with the reason.
+  void join() {
+    boost::asio::ip::tcp::resolver resolver(io_);
+    boost::asio::connect(socket_, resolver.resolve(settings_.address, std::to_string(settings_.port)));
+    socket_.set_option(boost::asio::ip::tcp::no_delay(true));
+    const message first = read_message();
+    const auto* c = std::get_if<challenge>(&first);
+    if (!c) throw std::runtime_error("job server at " + where() + " did not send a challenge");
+    send_unlocked(hello{answer(settings_.secret, c->nonce), settings_.info});
+    const message reply = read_message();
+    if (const auto* r = std::get_if<reject>(&reply)) throw std::runtime_error("job server refused: " + r->reason);
+    const auto* w = std::get_if<welcome>(&reply);
+    if (!w) throw std::runtime_error("job server at " + where() + " did not welcome this worker");
+    id_ = w->worker_id;
+  }
+
+  /// After a lost connection: joins again until reconnect_for passes; true if it did.
+  bool rejoin() {
+    const auto until = std::chrono::steady_clock::now() + settings_.reconnect_for;
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return false;
+      }
+      try {
+        std::lock_guard lock(write_mutex_);  // no heartbeat goes out half-way
+        boost::system::error_code ignored;
+        socket_.close(ignored);
+        join();
+        ++reconnections_;
+        return true;
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    return false;
+  }
+
   void read_loop() {
+    while (true) {
+      const bool left = read_until_lost();
+      if (left || settings_.reconnect_for.count() == 0 || !rejoin()) break;
+    }
+    changed_.notify_all();
+  }
+
+  /// Reads until the connection ends; true when it should not be made again.
+  bool read_until_lost() {
     std::string why = "the connection ended";
+    bool final = false;
     try {
       while (true) {
         message m = read_message();
@@ -165,7 +213,7 @@ class worker_client {
           if (auto* a = std::get_if<assignment>(&m)) assignments_.push_back(std::move(*a));
           if (auto* r = std::get_if<store_reply>(&m); r && replies_.count(r->id)) replies_[r->id] = std::move(*r);
           if (auto* s = std::get_if<status_reply>(&m)) status_ = s->text;
-          if (auto* r = std::get_if<reject>(&m)) why = r->reason;
+          if (auto* r = std::get_if<reject>(&m)) why = r->reason, final = true;
           if (std::holds_alternative<revoke>(m)) callback = on_revoke_;
         }
         if (auto* r = std::get_if<revoke>(&m)) {
@@ -177,12 +225,13 @@ class worker_client {
     } catch (const std::exception& e) {
       if (why == "the connection ended") why = e.what();
     }
-    {
-      std::lock_guard lock(mutex_);
+    std::lock_guard lock(mutex_);
+    final = final || stopping_ || settings_.reconnect_for.count() == 0;
+    if (final) {
       closed_ = true;
       closed_why_ = why;
     }
-    changed_.notify_all();
+    return final;
   }
 
   void beat_loop() {
@@ -199,7 +248,8 @@ class worker_client {
   worker_settings settings_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
-  std::uint64_t id_ = 0;
+  std::atomic<std::uint64_t> id_{0};
+  std::atomic<int> reconnections_{0};
   std::mutex mutex_, write_mutex_;
   std::condition_variable changed_;
   std::deque<assignment> assignments_;

@@ -52,6 +52,7 @@ MIMATRIX_SCENARIO(worker) {
   s.info.host = "localhost";
   s.info.throughput = env_int("THROUGHPUT", 100);
   s.heartbeat = 100ms;
+  s.reconnect_for = std::chrono::milliseconds(env_int("RECONNECT_MS", 0));
   job::worker_client w(s);
   std::mutex current_mutex;
   fabric* current = nullptr;
@@ -116,7 +117,14 @@ job::server_settings group_of(int expected, int minimum) {
 
 /// The server on a thread of the test process.
 struct running_server {
-  explicit running_server(job::server_settings s) : server(io, with_secret(std::move(s))), thread([this] { io.run(); }) {}
+  explicit running_server(job::server_settings s)
+      : server(io, with_secret(std::move(s))), thread([this] {
+          try {
+            io.run();
+          } catch (const std::exception& e) {
+            ADD_FAILURE() << "the job server's thread threw: " << e.what();
+          }
+        }) {}
   ~running_server() {
     io.stop();
     thread.join();
@@ -237,6 +245,37 @@ TEST(job_server, a_slower_worker_gets_a_proportionally_smaller_local_batch) {
       << test::all_output(r);
 }
 
+TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignment) {
+  char path[] = "/tmp/mimatrix_job_state_XXXXXX";
+  ::close(::mkstemp(path));
+  ::unlink(path);  // no state yet
+  auto settings = group_of(3, 3);
+  settings.state_file = path;
+  auto first = std::make_unique<running_server>(settings);
+  std::unique_ptr<running_server> second;
+  settings.port = first->server.port();
+  std::thread restarter([&] {
+    while (first->server.generation() == 0) std::this_thread::sleep_for(10ms);  // read racily: a test's wait
+    std::this_thread::sleep_for(400ms);
+    first.reset();  // the server goes away in the middle of training
+    std::this_thread::sleep_for(300ms);
+    try {
+      second = std::make_unique<running_server>(settings);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the second server did not start: " << e.what();
+    }
+  });
+  const auto r = run_workers(3, settings.port, {{"TARGET", "3"}, {"STEPS", "60"}, {"RECONNECT_MS", "10000"}});
+  restarter.join();
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  // The same generation went on: nothing was revoked, every step exact.
+  EXPECT_EQ(done_lines(r, "DONE generation 1 size 3: 60 steps exact"), 3) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "generation 2"), 0) << test::all_output(r);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->server.generation(), 1u);
+  ::unlink(path);
+}
+
 /// A raw connection that sends `bytes` (after reading the challenge) and reports whether
 /// the server then closed it.
 bool closed_after(std::uint16_t port, const std::vector<std::byte>& bytes, bool read_challenge = true) {
@@ -265,7 +304,7 @@ TEST(job_server, bad_and_unauthenticated_clients_are_rejected_while_the_group_wo
     EXPECT_EQ(done_lines(r, "DONE generation 1 size 3: 20 steps exact"), 3) << test::all_output(r);
   });
   const std::uint16_t port = s.server.port();
-  auto wrong_mac = job::encode(job::hello{{}, job::worker_info{"intruder", 0, 0, 1}});
+  auto wrong_mac = job::encode(job::hello{{}, job::worker_info{"intruder", "intruder:1", 0, 0, 1}});
   EXPECT_TRUE(closed_after(port, wrong_mac));
   auto garbage = std::vector<std::byte>(64, std::byte{0x5a});
   EXPECT_TRUE(closed_after(port, garbage));
