@@ -72,6 +72,9 @@ class worker_client {
   }
 
   std::uint64_t id() const { return id_.load(); }
+  /// Requests that waited for the server's answer (store operations); heartbeats and
+  /// reports do not wait, so a training step that makes none has the server off its path.
+  std::uint64_t requests_made() const { return requests_.load(); }
   /// Times the connection was lost and made again.
   int reconnections() const { return reconnections_.load(); }
   std::string where() const { return "tcp://" + settings_.address + ":" + std::to_string(settings_.port); }
@@ -110,6 +113,7 @@ class worker_client {
 
   /// One store request and its reply.
   store_reply request(message m, std::uint64_t id, std::chrono::milliseconds timeout) {
+    ++requests_;
     std::unique_lock lock(mutex_);
     replies_.emplace(id, std::nullopt);
     lock.unlock();
@@ -257,7 +261,7 @@ class worker_client {
   std::optional<std::string> status_;
   std::function<void(const revoke&)> on_revoke_;
   heartbeat stats_;
-  std::atomic<std::uint64_t> revoked_{0}, request_id_{0};
+  std::atomic<std::uint64_t> revoked_{0}, request_id_{0}, requests_{0};
   bool closed_ = false, stopping_ = false;
   std::string closed_why_;
   std::thread reader_, beater_;
