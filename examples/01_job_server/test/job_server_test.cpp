@@ -308,6 +308,26 @@ TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignme
   ::unlink(path);
 }
 
+TEST(job_server, status_names_the_generation_and_every_rank) {
+  running_server s(group_of(2, 2));
+  lone_worker first(s.server.port(), {{"TARGET", "2"}, {"STEPS", "40"}});
+  lone_worker second(s.server.port(), {{"TARGET", "2"}, {"STEPS", "40"}});
+  s.wait_for_step(3);
+  job::worker_settings observer;  // what `job_server status` does
+  observer.port = s.server.port();
+  observer.secret = secret;
+  observer.info.host = "status";
+  observer.info.accelerators = job::job_server::observer_mark;
+  observer.heartbeat = 0ms;
+  const std::string text = job::worker_client(observer).status();
+  EXPECT_NE(text.find("generation 1 running, 2 ranks"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 0  worker"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1  worker"), std::string::npos) << text;
+  EXPECT_EQ(text.find("waiting"), std::string::npos) << text;  // the observer is no worker
+  EXPECT_EQ(first.wait(), 0) << first.output;
+  EXPECT_EQ(second.wait(), 0) << second.output;
+}
+
 /// A raw connection that sends `bytes` (after reading the challenge) and reports whether
 /// the server then closed it.
 bool closed_after(std::uint16_t port, const std::vector<std::byte>& bytes, bool read_challenge = true) {
