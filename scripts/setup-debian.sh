@@ -16,6 +16,10 @@ packages=(
   libopenmpi-dev    # the OpenMPI baseline (benchmark/baselines)
   openmpi-bin
   libgloo-dev       # the Gloo baseline
+  libboost1.81-dev  # the job server: Boost.Asio, and Boost.Beast for its monitoring
+  libssl-dev        # the job server's HMAC authentication (OpenSSL)
+  prometheus        # the job server's monitoring test scrapes /metrics with a real one
+  chromium          # ...and renders its status page headless
   "$@"
 )
 
