@@ -3,7 +3,9 @@
 #   1. run the quick start: a ring allreduce across in-process ranks, checked and timed;
 #   2. run allreduce_perf across local processes over libfabric, first shm then
 #      tcp;ofi_rxm on loopback, beside OpenMPI, Gloo and fi_pingpong in the same run
-#      (benchmark/compare), and print the ratios.
+#      (benchmark/compare), and print the ratios;
+#   3. start the job server and local workers that form a generation and allreduce
+#      through it (examples/01_job_server).
 #
 #   scripts/quickstart.sh [ranks] [sizes]      defaults: 2 ranks, "8 1M 64M"
 set -euo pipefail
@@ -15,7 +17,7 @@ sizes=${2:-"8 1M 64M"}
 scripts/setup-debian.sh
 cmake --preset default >/dev/null
 cmake --build --preset default --parallel "${MIMATRIX_JOBS:-2}" \
-  --target quickstart allreduce_perf mimatrix-run mpi_allreduce_perf gloo_allreduce_perf
+  --target quickstart allreduce_perf mimatrix-run mpi_allreduce_perf gloo_allreduce_perf job_server job_worker
 
 echo "==> in-process ranks (transport::inproc)"
 build/default/examples/00_quickstart/quickstart 4 16M
@@ -25,3 +27,7 @@ for provider in shm tcp; do
   echo "==> $ranks processes over libfabric ($provider), beside OpenMPI, Gloo and fi_pingpong"
   benchmark/compare --build build/default --ranks "$ranks" --provider "$provider" --sizes "$sizes"
 done
+
+echo
+echo "==> the MiMatrix job server and $ranks local workers: a generation formed, allreduce steps through it"
+examples/01_job_server/run_local.sh build/default "$ranks" 50 2>&1 | grep -E "generation|step 50|done"
