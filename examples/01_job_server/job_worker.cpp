@@ -7,6 +7,7 @@
 //                                      [--elements 1048576] [--reconnect-ms 30000]
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -86,7 +87,10 @@ int main(int argc, char** argv) try {
         const double step_ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
         const double bytes = double(elements) * sizeof(float);
         const double busbw = a.size > 1 ? bytes * 2 * (a.size - 1) / a.size / (allreduce_ms * 1e6) : 0;
-        client.report({a.generation, step, step_ms, allreduce_ms, busbw, 1.0 / double(step), 1000.0 * a.local_batch / step_ms});
+        // Throughput of its own compute (not of the allreduce every rank waits in): what
+        // the server balances local batches by.
+        const double compute_ms = std::max(std::chrono::duration<double, std::milli>(t1 - t0).count(), 1e-3);
+        client.report({a.generation, step, step_ms, allreduce_ms, busbw, 1.0 / double(step), 1000.0 * a.local_batch / compute_ms});
         if (step % 10 == 0 || step == steps)
           std::printf("job_worker: rank %u step %llu: allreduce %.2f ms, busbw %.2f GB/s, exact\n", a.rank,
                       static_cast<unsigned long long>(step), allreduce_ms, busbw);

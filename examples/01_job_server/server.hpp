@@ -9,6 +9,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -42,6 +43,11 @@ struct server_settings {
   std::chrono::milliseconds hello_deadline{5000};      // unauthenticated this long: closed
   std::uint64_t samples = 60000;                       // the dataset, split into shards
   std::uint32_t global_batch = 256;                    // B, split by throughput
+  /// How often the split is checked against the throughput workers measure (samples a
+  /// second of their own compute, in heartbeats): a member whose batch is off its share
+  /// by more than `rebalance_tolerance` has the generation re-formed. 0: never.
+  std::chrono::milliseconds rebalance_every{0};
+  double rebalance_tolerance = 0.15;
   bool quiet = false;                                  // no log lines on stderr
   /// Where the server keeps its state (generation, ranks and shards, last completed
   /// step), so that a restarted server takes its workers back; empty: nowhere.
@@ -365,6 +371,10 @@ class job_server {
         return true;
       });
       maybe_form(now);
+      if (running_ && settings_.rebalance_every.count() > 0 && now - formed_at_ >= settings_.rebalance_every) {
+        formed_at_ = now;
+        if (const std::string why = imbalance(); !why.empty()) revoke_all(why);
+      }
       if (running_ && completed_step() != saved_step_ && now - saved_at_ > std::chrono::seconds(1)) {
         saved_at_ = now;
         save_state();
@@ -430,6 +440,7 @@ class job_server {
                         sp.shard[r].second, sp.batch[r], resume_step_});
     }
     running_ = true;
+    formed_at_ = clock::now();
     first_waiting_.reset();
     log("generation " + std::to_string(generation_) + " formed: " + std::to_string(group.size()) + " ranks");
     save_state();
@@ -517,6 +528,21 @@ class job_server {
     return true;
   }
 
+  /// Why the running generation's local batches no longer follow the members' measured
+  /// throughput (the SJSU balancing), or "" when they do.
+  std::string imbalance() const {
+    std::vector<double> speed;
+    for (const auto& m : members_) speed.push_back(m->throughput);
+    const split want = split_by_throughput(speed, settings_.global_batch, settings_.samples);
+    for (std::size_t r = 0; r < members_.size(); ++r) {
+      const double have = members_[r]->batch, ideal = want.batch[r];
+      if (ideal > 0 && std::abs(have - ideal) > settings_.rebalance_tolerance * ideal)
+        return "rebalancing: rank " + std::to_string(r) + " (" + members_[r]->info.host + ") has batch " +
+               std::to_string(members_[r]->batch) + " but its throughput calls for " + std::to_string(want.batch[r]);
+    }
+    return {};
+  }
+
   /// The last step every member of the generation completed (monotone across generations).
   std::uint64_t completed_step() const {
     if (members_.empty()) return resume_step_;
@@ -542,7 +568,7 @@ class job_server {
   bool running_ = false;
   std::optional<clock::time_point> first_waiting_;
   std::vector<saved_member> saved_;  // of the generation a restarted server waits for
-  clock::time_point restarted_at_{}, saved_at_{};
+  clock::time_point restarted_at_{}, saved_at_{}, formed_at_{};
   std::uint64_t saved_step_ = 0;
 };
 

@@ -63,6 +63,9 @@ MIMATRIX_SCENARIO(worker) {
     if (current) current->abort("the job server revoked generation " + std::to_string(r.generation) + ": " + r.reason);
   });
   const int target = env_int("TARGET", 4), steps = env_int("STEPS", 5), kill_rank = env_int("KILL_RANK", -1);
+  // A step's compute takes this long a sample of the local batch (a slower machine: more),
+  // and the worker reports the throughput it implies, as a trainer measures its own.
+  const int per_sample_us = env_int("PER_SAMPLE_US", 0);
   bool failed = false;  // the last generation ended by a failure, at failed_at
   auto failed_at = std::chrono::steady_clock::now();
   while (true) {
@@ -87,6 +90,7 @@ MIMATRIX_SCENARIO(worker) {
     const std::uint64_t requests_before_steps = w.requests_made();
     try {
       for (int step = 1; step <= (int(a.size) == target ? steps : 1000000); ++step) {
+        if (per_sample_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(per_sample_us) * a.local_batch);
         std::vector<std::int64_t> data(10000, comm.rank() + 1);
         sum(data);
         exact = exact && data[0] == std::int64_t(a.size) * (a.size + 1) / 2 && data.back() == data[0];
@@ -96,7 +100,8 @@ MIMATRIX_SCENARIO(worker) {
                       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - failed_at).count());
           failed = false;
         }
-        w.report(job::heartbeat{a.generation, a.resume_step + std::uint64_t(step), 20, 1, 0, 0, 0});
+        w.report(job::heartbeat{a.generation, a.resume_step + std::uint64_t(step), 20, 1, 0, 0,
+                                per_sample_us > 0 ? 1e6 / per_sample_us : 0});
         if (a.generation == 1 && int(a.rank) == kill_rank && step == 2) ::raise(SIGKILL);
         std::this_thread::sleep_for(20ms);
       }
@@ -326,6 +331,27 @@ TEST(job_server, status_names_the_generation_and_every_rank) {
   EXPECT_EQ(text.find("waiting"), std::string::npos) << text;  // the observer is no worker
   EXPECT_EQ(first.wait(), 0) << first.output;
   EXPECT_EQ(second.wait(), 0) << second.output;
+}
+
+// Two workers that declare the same speed start with equal batches; one then measures a
+// third of the other's throughput, and the server re-forms the group with batches that
+// follow it (b_i = B·s_i/Σs), and keeps them.
+TEST(job_server, a_throttled_worker_is_rebalanced_to_a_proportionally_smaller_batch) {
+  auto settings = group_of(2, 2);
+  settings.samples = 1000;
+  settings.global_batch = 100;
+  settings.rebalance_every = 300ms;
+  running_server s(settings);
+  lone_worker slow(s.server.port(), {{"TARGET", "2"}, {"STEPS", "15"}, {"PER_SAMPLE_US", "600"}});
+  const auto r = run_workers(1, s.server.port(), {{"TARGET", "2"}, {"STEPS", "15"}, {"PER_SAMPLE_US", "200"}});
+  EXPECT_EQ(slow.wait(), 0) << slow.output;
+  EXPECT_NE(slow.output.find("generation 1: rank"), std::string::npos) << slow.output;
+  EXPECT_NE(slow.output.find(", batch 50, shard"), std::string::npos) << slow.output;
+  EXPECT_NE(slow.output.find("generation 2: rank"), std::string::npos) << slow.output;
+  EXPECT_NE(slow.output.find(", batch 25, shard"), std::string::npos) << slow.output;
+  EXPECT_NE(slow.output.find("DONE generation 2 size 2: 15 steps exact"), std::string::npos) << slow.output;
+  EXPECT_NE(r.output[0].find(", batch 75, shard"), std::string::npos) << test::all_output(r);
+  EXPECT_NE(r.output[0].find("DONE generation 2 size 2: 15 steps exact"), std::string::npos) << test::all_output(r);
 }
 
 /// A raw connection that sends `bytes` (after reading the challenge) and reports whether
