@@ -73,6 +73,7 @@ struct assignment {
   std::uint64_t shard_begin = 0, shard_end = 0;  // this rank's sample indices, [begin, end)
   std::uint32_t local_batch = 0;                 // of the global batch, by throughput
   std::uint64_t resume_step = 0;                 // the last step the group completed
+  std::vector<std::uint32_t> switches;           // by rank: its host's switch (cluster description); or none
 };
 struct revoke {
   std::uint64_t generation = 0;
@@ -229,6 +230,8 @@ inline void put(writer& w, const assignment& m) {
   w.u32(std::uint32_t(m.hosts.size()));
   for (const auto& h : m.hosts) w.text(h);
   w.u64(m.shard_begin), w.u64(m.shard_end), w.u32(m.local_batch), w.u64(m.resume_step);
+  w.u32(std::uint32_t(m.switches.size()));
+  for (std::uint32_t s : m.switches) w.u32(s);
 }
 inline void put(writer& w, const revoke& m) { w.u64(m.generation), w.text(m.reason); }
 inline void put(writer& w, const heartbeat& m) {
@@ -270,6 +273,13 @@ inline message get(kind k, reader& r) {
       m.hosts.reserve(hosts);
       for (std::uint32_t k2 = 0; k2 < hosts; ++k2) m.hosts.push_back(r.text());
       m.shard_begin = r.u64(), m.shard_end = r.u64(), m.local_batch = r.u32(), m.resume_step = r.u64();
+      const std::uint32_t switches = r.u32();
+      if (switches != 0 && switches != m.size)
+        throw protocol_error("an assignment of " + std::to_string(m.size) + " ranks names the switches of " +
+                             std::to_string(switches));
+      if (switches > r.left() / 4) throw protocol_error("an assignment's switches run past its end");
+      m.switches.reserve(switches);
+      for (std::uint32_t k2 = 0; k2 < switches; ++k2) m.switches.push_back(r.u32());
       if (m.rank >= m.size || m.hosts.size() != m.size || m.shard_begin > m.shard_end)
         throw protocol_error("an assignment of rank " + std::to_string(m.rank) + " of " + std::to_string(m.size) +
                              " with " + std::to_string(m.hosts.size()) + " hosts and shard [" +

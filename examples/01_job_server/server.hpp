@@ -48,6 +48,11 @@ struct server_settings {
   /// by more than `rebalance_tolerance` has the generation re-formed. 0: never.
   std::chrono::milliseconds rebalance_every{0};
   double rebalance_tolerance = 0.15;
+  /// The cluster, host by host in order: the switch each hangs off (load_cluster). Ranks
+  /// then go switch by switch, host by host in this order, and assignments name each
+  /// rank's switch, so workers can build BiGraph or hierarchical topologies. Empty: ranks
+  /// by host name, no switches.
+  std::vector<std::pair<std::string, std::uint32_t>> cluster;
   bool quiet = false;                                  // no log lines on stderr
   /// Where the server keeps its state (generation, ranks and shards, last completed
   /// step), so that a restarted server takes its workers back; empty: nowhere.
@@ -87,6 +92,27 @@ inline split split_by_throughput(const std::vector<double>& speed, std::uint32_t
     at = s.shard[i].second;
   }
   return s;
+}
+
+/// A cluster description: one line a host, "<host> <switch>" (a switch by any name; '#'
+/// starts a comment). Switches are numbered in their order of first appearance.
+inline std::vector<std::pair<std::string, std::uint32_t>> load_cluster(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("job server: cannot read the cluster description '" + path + "'");
+  std::vector<std::pair<std::string, std::uint32_t>> hosts;
+  std::map<std::string, std::uint32_t> switches;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string host, sw, extra;
+    if (!(words >> host)) continue;
+    if (!(words >> sw) || (words >> extra))
+      throw std::runtime_error("job server: " + path + ":" + std::to_string(n) + ": expected '<host> <switch>'");
+    const auto [it, fresh] = switches.try_emplace(sw, std::uint32_t(switches.size()));
+    hosts.emplace_back(host, it->second);
+  }
+  return hosts;
 }
 
 /// What monitoring reads of the server: the generation and every worker's last report.
@@ -415,8 +441,18 @@ class job_server {
     maybe_form(clock::now());
   }
 
+  /// Where a host sits in the cluster description: (switch, its line); hosts it does not
+  /// name come after, by name.
+  std::pair<std::uint32_t, std::size_t> place_of(const std::string& host) const {
+    for (std::size_t i = 0; i < settings_.cluster.size(); ++i)
+      if (settings_.cluster[i].first == host) return {settings_.cluster[i].second, i};
+    return {UINT32_MAX, SIZE_MAX};
+  }
+
   void form(std::vector<session_ptr> group) {
-    std::stable_sort(group.begin(), group.end(), [](const session_ptr& a, const session_ptr& b) {
+    std::stable_sort(group.begin(), group.end(), [&](const session_ptr& a, const session_ptr& b) {
+      const auto pa = place_of(a->info.host), pb = place_of(b->info.host);
+      if (pa != pb) return pa < pb;
       return a->info.host != b->info.host ? a->info.host < b->info.host : a->id < b->id;
     });
     // The keys of older generations go: a store holds one generation's rendezvous.
@@ -427,7 +463,15 @@ class job_server {
     members_ = group;
     std::vector<double> speed;
     std::vector<std::string> hosts;
-    for (const auto& m : group) speed.push_back(m->throughput), hosts.push_back(m->info.host);
+    std::vector<std::uint32_t> switches;
+    for (const auto& m : group) {
+      speed.push_back(m->throughput), hosts.push_back(m->info.host);
+      if (!settings_.cluster.empty()) {
+        const std::uint32_t sw = place_of(m->info.host).first;
+        if (sw == UINT32_MAX) log("worker " + std::to_string(m->id) + "'s host " + m->info.host + " is not in the cluster description");
+        switches.push_back(sw);
+      }
+    }
     const split sp = split_by_throughput(speed, settings_.global_batch, settings_.samples);
     for (std::size_t r = 0; r < group.size(); ++r) {
       auto& m = *group[r];
@@ -437,7 +481,7 @@ class job_server {
       m.last = heartbeat{};
       m.last_seen = clock::now();
       m.send(assignment{generation_, std::uint32_t(r), std::uint32_t(group.size()), hosts, sp.shard[r].first,
-                        sp.shard[r].second, sp.batch[r], resume_step_});
+                        sp.shard[r].second, sp.batch[r], resume_step_, switches});
     }
     running_ = true;
     formed_at_ = clock::now();

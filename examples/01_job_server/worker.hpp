@@ -28,6 +28,7 @@
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/topology/bigraph.hpp"
 #include "protocol.hpp"
 
 namespace mimatrix::job {
@@ -312,6 +313,27 @@ class job_store final : public bootstrap::store {
 /// The name of a generation's group (fabric_options::group): every process opens it once,
 /// whatever generations it saw before, so its store keys agree across the group.
 inline std::string group_name(const assignment& a) { return "job/g" + std::to_string(a.generation); }
+
+/// EFLOPS' BiGraph as the assignment places the ranks: the switches of its cluster
+/// description, ranks switch by switch. Throws invalid_argument naming what does not fit
+/// (no description, switches of unequal size or an odd number of them).
+inline topology::bigraph bigraph_of(const assignment& a) {
+  if (a.switches.empty())
+    throw error(errc::invalid_argument, "job server: the assignment names no switches (serve with --cluster)");
+  std::map<std::uint32_t, std::uint32_t> ranks_on;
+  for (std::uint32_t r = 0; r < a.size; ++r) {
+    if (r > 0 && a.switches[r] < a.switches[r - 1])
+      throw error(errc::invalid_argument, "job server: ranks are not placed switch by switch");
+    ++ranks_on[a.switches[r]];
+  }
+  const std::uint32_t per_switch = ranks_on.begin()->second;
+  for (const auto& [sw, n] : ranks_on)
+    if (n != per_switch)
+      throw error(errc::invalid_argument, "job server: switch " + std::to_string(sw) + " has " + std::to_string(n) +
+                                              " ranks and another " + std::to_string(per_switch) +
+                                              "; a BiGraph needs the same number on each");
+  return topology::bigraph(int(ranks_on.size()), int(per_switch));  // it checks the count is even
+}
 
 /// The identity an assignment gives: rank and size, and the local rank and size from the
 /// hosts in rank order.

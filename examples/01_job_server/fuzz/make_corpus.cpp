@@ -39,6 +39,7 @@ std::vector<std::pair<std::string, job::message>> messages() {
   a.generation = 7, a.rank = 1, a.size = 4;
   a.hosts = {"node3", "node3", "node7", "node7"};
   a.shard_begin = 250000, a.shard_end = 500000, a.local_batch = 64, a.resume_step = 1200;
+  a.switches = {0, 0, 1, 1};
 
   job::store_set set{1, "g7/addr/1", {}};
   for (int i = 0; i < 56; ++i) set.value.push_back(std::byte(i * 11));  // a fabric address

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "mimatrix/algorithm/hdrm.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/transport/fabric.hpp"
@@ -51,7 +53,7 @@ MIMATRIX_SCENARIO(worker) {
   job::worker_settings s;
   s.port = std::uint16_t(env_int("JOB_PORT", 0));
   s.secret = secret;
-  s.info.host = "localhost";
+  s.info.host = std::getenv("HOST_FROM_RANK") ? "h" + std::string(std::getenv("RANK")) : "localhost";
   s.info.throughput = env_int("THROUGHPUT", 100);
   s.heartbeat = 100ms;
   s.reconnect_for = std::chrono::milliseconds(env_int("RECONNECT_MS", 0));
@@ -70,8 +72,8 @@ MIMATRIX_SCENARIO(worker) {
   auto failed_at = std::chrono::steady_clock::now();
   while (true) {
     const job::assignment a = w.next_assignment(60s);
-    std::printf("generation %llu: rank %u of %u, batch %u, shard [%llu, %llu)\n",
-                static_cast<unsigned long long>(a.generation), a.rank, a.size, a.local_batch,
+    std::printf("generation %llu: rank %u of %u on %s, batch %u, shard [%llu, %llu)\n",
+                static_cast<unsigned long long>(a.generation), a.rank, a.size, s.info.host.c_str(), a.local_batch,
                 static_cast<unsigned long long>(a.shard_begin), static_cast<unsigned long long>(a.shard_end));
     std::fflush(stdout);
     if (w.revoked() >= a.generation) continue;  // already over
@@ -84,7 +86,16 @@ MIMATRIX_SCENARIO(worker) {
       current = &comm.transport();
     }
     if (w.revoked() >= a.generation) comm.transport().abort("revoked before it started");
-    allreduce<fabric, topology::ring, reduce::sum<std::int64_t>> sum(comm);
+    // On the BiGraph the cluster description gives, HDRM; else a ring.
+    std::function<void(std::vector<std::int64_t>&)> sum;
+    if (std::getenv("USE_BIGRAPH")) {
+      auto hdrm = std::make_shared<allreduce<fabric, topology::bigraph, reduce::sum<std::int64_t>, algorithm::hdrm>>(
+          comm, job::bigraph_of(a));
+      sum = [hdrm](std::vector<std::int64_t>& v) { (*hdrm)(v); };
+    } else {
+      auto ring = std::make_shared<allreduce<fabric, topology::ring, reduce::sum<std::int64_t>>>(comm);
+      sum = [ring](std::vector<std::int64_t>& v) { (*ring)(v); };
+    }
     int done = 0;
     bool exact = true;
     const std::uint64_t requests_before_steps = w.requests_made();
@@ -331,6 +342,21 @@ TEST(job_server, status_names_the_generation_and_every_rank) {
   EXPECT_EQ(text.find("waiting"), std::string::npos) << text;  // the observer is no worker
   EXPECT_EQ(first.wait(), 0) << first.output;
   EXPECT_EQ(second.wait(), 0) << second.output;
+}
+
+// A cluster description puts hosts on switches in an order of its own: ranks follow it,
+// switch by switch, and the workers run HDRM on the BiGraph their assignment describes.
+TEST(job_server, ranks_follow_the_cluster_description_and_run_hdrm_on_its_bigraph) {
+  auto settings = group_of(4, 4);
+  settings.cluster = {{"h3", 0}, {"h1", 0}, {"h2", 1}, {"h0", 1}};
+  running_server s(settings);
+  const auto r = run_workers(4, s.server.port(), {{"TARGET", "4"}, {"HOST_FROM_RANK", "1"}, {"USE_BIGRAPH", "1"}});
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "rank 0 of 4 on h3,"), 1) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "rank 1 of 4 on h1,"), 1) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "rank 2 of 4 on h2,"), 1) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "rank 3 of 4 on h0,"), 1) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "DONE generation 1 size 4: 5 steps exact"), 4) << test::all_output(r);
 }
 
 // Two workers that declare the same speed start with equal batches; one then measures a

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,7 @@ namespace mimatrix::job {
 namespace {
 
 std::vector<message> samples() {
-  assignment a{7, 1, 3, {"a", "a", "b"}, 100, 200, 85, 42};
+  assignment a{7, 1, 3, {"a", "a", "b"}, 100, 200, 85, 42, {0, 0, 1}};
   store_reply sr{9, store_reply::outcome::timeout, {std::byte{1}, std::byte{2}}, -5, "late"};
   return {challenge{random_nonce()},
           hello{{}, worker_info{"node7", "node7:4242", 8, 8, 1234.5}},
@@ -98,9 +100,32 @@ TEST(protocol, counts_that_exceed_the_message_are_refused_before_allocating) {
 }
 
 TEST(protocol, an_assignment_must_be_consistent) {
-  assignment a{1, 3, 3, {"a", "b", "c"}, 0, 10, 1, 0};  // rank 3 of 3
+  assignment a{1, 3, 3, {"a", "b", "c"}, 0, 10, 1, 0, {}};  // rank 3 of 3
   const auto frame = encode(a);
   EXPECT_NE(refusal(frame).find("inconsistent"), std::string::npos);
+}
+
+TEST(protocol, an_assignment_names_every_ranks_switch_or_none) {
+  assignment a{1, 0, 3, {"a", "b", "c"}, 0, 10, 1, 0, {0, 1}};  // two switches for three ranks
+  EXPECT_NE(refusal(encode(a)).find("names the switches of 2"), std::string::npos);
+}
+
+TEST(balancing, a_cluster_description_numbers_switches_in_order) {
+  const std::string path = "/tmp/mimatrix_cluster_test.txt";
+  {
+    std::ofstream out(path);
+    out << "# rack A\nnode1 leafA\nnode2 leafA  # two on A\n\nnode3 leafB\n";
+  }
+  const auto hosts = load_cluster(path);
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[1], (std::pair<std::string, std::uint32_t>{"node2", 0}));
+  EXPECT_EQ(hosts[2], (std::pair<std::string, std::uint32_t>{"node3", 1}));
+  {
+    std::ofstream out(path);
+    out << "node1\n";
+  }
+  EXPECT_THROW(load_cluster(path), std::runtime_error);
+  std::remove(path.c_str());
 }
 
 TEST(auth, only_the_secret_answers_the_nonce) {
