@@ -20,6 +20,9 @@ packages=(
   libssl-dev        # the job server's HMAC authentication (OpenSSL)
   prometheus        # the job server's monitoring test scrapes /metrics with a real one
   chromium          # ...and renders its status page headless
+  zlib1g-dev        # the ResNet example reads gzip-compressed IDX files
+  dataset-fashion-mnist  # ...its data set, in /usr/share/datasets/fashion-mnist
+  libdnnl-dev       # oneDNN 2.6: the ResNet example's CPU layers (examples/02_resnet/nn)
   "$@"
 )
 
