@@ -31,13 +31,12 @@ class batch_norm {
     input_ = input;
     auto& p = primitives_for(input.shape);
     tensor output(input.shape);
-    p.forward.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.forward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                     {DNNL_ARG_SCALE, ctx_.wrap(gamma_.value)},
                                     {DNNL_ARG_SHIFT, ctx_.wrap(beta_.value)},
                                     {DNNL_ARG_MEAN, ctx_.wrap(mean_)},
                                     {DNNL_ARG_VARIANCE, ctx_.wrap(variance_)},
                                     {DNNL_ARG_DST, ctx_.wrap(output)}});
-    ctx_.stream.wait();
     // oneDNN's variance is biased (divides by n); the running one is unbiased, as PyTorch.
     const auto n = static_cast<float>(input.size() / mean_.size());
     const float unbias = n > 1.0f ? n / (n - 1.0f) : 1.0f;
@@ -53,13 +52,12 @@ class batch_norm {
   tensor infer(const tensor& input) {
     auto& p = primitives_for(input.shape);
     tensor output(input.shape);
-    p.inference.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input)},
+    ctx_.run(p.inference, {{DNNL_ARG_SRC, ctx_.wrap(input)},
                                       {DNNL_ARG_SCALE, ctx_.wrap(gamma_.value)},
                                       {DNNL_ARG_SHIFT, ctx_.wrap(beta_.value)},
                                       {DNNL_ARG_MEAN, ctx_.wrap(running_mean_)},
                                       {DNNL_ARG_VARIANCE, ctx_.wrap(running_var_)},
                                       {DNNL_ARG_DST, ctx_.wrap(output)}});
-    ctx_.stream.wait();
     return output;
   }
 
@@ -67,7 +65,7 @@ class batch_norm {
   tensor backward(const tensor& grad_output) {
     auto& p = primitives_for(input_.shape);
     tensor grad_input(input_.shape);
-    p.backward.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.backward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                      {DNNL_ARG_MEAN, ctx_.wrap(mean_)},
                                      {DNNL_ARG_VARIANCE, ctx_.wrap(variance_)},
                                      {DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
@@ -77,7 +75,6 @@ class batch_norm {
                                      {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)},
                                      {DNNL_ARG_DIFF_SCALE, ctx_.wrap(gamma_.grad)},
                                      {DNNL_ARG_DIFF_SHIFT, ctx_.wrap(beta_.grad)}});
-    ctx_.stream.wait();
     return grad_input;
   }
 

@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <stdexcept>
+#include <unordered_map>
 
 namespace mimatrix::resnet::nn {
 
@@ -26,6 +27,12 @@ inline dnnl::memory::desc plain_desc(const dnnl::memory::dims& shape) {
 struct context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
+
+  // Runs `p` and waits: a layer hands back plain vectors at once.
+  void run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
+    p.execute(stream, args);
+    stream.wait();
+  }
 
   // Wraps a tensor's buffer without copying. oneDNN takes a non-const handle even for
   // inputs it only reads, hence the const_cast.

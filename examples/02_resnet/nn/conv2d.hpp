@@ -38,10 +38,9 @@ class conv2d {
     input_ = input;  // backward weights needs it
     auto& p = primitives_for(input.shape);
     tensor output(output_shape(input.shape));
-    p.forward.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.forward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                     {DNNL_ARG_WEIGHTS, ctx_.wrap(weight_.value)},
                                     {DNNL_ARG_DST, ctx_.wrap(output)}});
-    ctx_.stream.wait();
     return output;
   }
 
@@ -49,13 +48,12 @@ class conv2d {
   tensor backward(const tensor& grad_output) {
     auto& p = primitives_for(input_.shape);
     tensor grad_input(input_.shape);
-    p.backward_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
+    ctx_.run(p.backward_data, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                           {DNNL_ARG_WEIGHTS, ctx_.wrap(weight_.value)},
                                           {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)}});
-    p.backward_weights.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.backward_weights, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                              {DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                              {DNNL_ARG_DIFF_WEIGHTS, ctx_.wrap(weight_.grad)}});
-    ctx_.stream.wait();
     return grad_input;
   }
 

@@ -33,11 +33,10 @@ class linear {
     input_ = flat(input);
     auto& p = primitives_for(input_.shape);
     tensor output({input_.dim(0), weight_.value.dim(0)});
-    p.forward.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.forward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                     {DNNL_ARG_WEIGHTS, ctx_.wrap(weight_.value)},
                                     {DNNL_ARG_BIAS, ctx_.wrap(bias_.value)},
                                     {DNNL_ARG_DST, ctx_.wrap(output)}});
-    ctx_.stream.wait();
     return output;
   }
 
@@ -45,14 +44,13 @@ class linear {
   tensor backward(const tensor& grad_output) {
     auto& p = primitives_for(input_.shape);
     tensor grad_input(input_.shape);
-    p.backward_data.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
+    ctx_.run(p.backward_data, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                           {DNNL_ARG_WEIGHTS, ctx_.wrap(weight_.value)},
                                           {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)}});
-    p.backward_weights.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.backward_weights, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                              {DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                              {DNNL_ARG_DIFF_WEIGHTS, ctx_.wrap(weight_.grad)},
                                              {DNNL_ARG_DIFF_BIAS, ctx_.wrap(bias_.grad)}});
-    ctx_.stream.wait();
     grad_input.shape = input_shape_;
     return grad_input;
   }

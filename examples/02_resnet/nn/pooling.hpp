@@ -22,18 +22,16 @@ class global_average_pool {
     input_shape_ = input.shape;
     auto& p = primitives_for(input.shape);
     tensor output({input.dim(0), input.dim(1), 1, 1});
-    p.forward.execute(ctx_.stream,
+    ctx_.run(p.forward,
                       {{DNNL_ARG_SRC, ctx_.wrap(input)}, {DNNL_ARG_DST, ctx_.wrap(output)}});
-    ctx_.stream.wait();
     return output;
   }
 
   tensor backward(const tensor& grad_output) {
     auto& p = primitives_for(input_shape_);
     tensor grad_input(input_shape_);
-    p.backward.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
+    ctx_.run(p.backward, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                      {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)}});
-    ctx_.stream.wait();
     return grad_input;
   }
 
@@ -85,20 +83,18 @@ class max_pool {
     tensor output(output_shape(input.shape));
     // Where each maximum came from, for backward.
     workspace_ = dnnl::memory(p.workspace, ctx_.engine);
-    p.forward.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input)},
+    ctx_.run(p.forward, {{DNNL_ARG_SRC, ctx_.wrap(input)},
                                     {DNNL_ARG_DST, ctx_.wrap(output)},
                                     {DNNL_ARG_WORKSPACE, workspace_}});
-    ctx_.stream.wait();
     return output;
   }
 
   tensor backward(const tensor& grad_output) {
     auto& p = primitives_for(input_shape_);
     tensor grad_input(input_shape_);
-    p.backward.execute(ctx_.stream, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
+    ctx_.run(p.backward, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                      {DNNL_ARG_WORKSPACE, workspace_},
                                      {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)}});
-    ctx_.stream.wait();
     return grad_input;
   }
 

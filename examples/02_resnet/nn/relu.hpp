@@ -20,19 +20,17 @@ class relu {
     input_ = input;
     auto& p = primitives_for(input.shape);
     tensor output(input.shape);
-    p.forward.execute(ctx_.stream,
+    ctx_.run(p.forward,
                       {{DNNL_ARG_SRC, ctx_.wrap(input_)}, {DNNL_ARG_DST, ctx_.wrap(output)}});
-    ctx_.stream.wait();
     return output;
   }
 
   tensor backward(const tensor& grad_output) {
     auto& p = primitives_for(input_.shape);
     tensor grad_input(input_.shape);
-    p.backward.execute(ctx_.stream, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
+    ctx_.run(p.backward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
                                      {DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
                                      {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)}});
-    ctx_.stream.wait();
     return grad_input;
   }
 
