@@ -313,13 +313,6 @@ class job_server {
 
   void handle(const session_ptr& s, message m) {
     s->last_seen = clock::now();
-    if (std::getenv("MIMATRIX_JOB_TRACE")) {
-      std::string what = std::to_string(unsigned(kind_of(m)));
-      if (auto* x = std::get_if<store_set>(&m)) what += " set " + x->key;
-      if (auto* x = std::get_if<store_get>(&m)) what += " get " + x->key + " " + std::to_string(x->timeout_ms);
-      if (auto* x = std::get_if<store_add>(&m)) what += " add " + x->key;
-      if (!std::holds_alternative<heartbeat>(m)) log("trace worker " + std::to_string(s->id) + ": " + what);
-    }
     if (!s->registered) {
       auto* h = std::get_if<hello>(&m);
       if (!h) return close(s, "sent a " + std::to_string(unsigned(kind_of(m))) + " message before authenticating");

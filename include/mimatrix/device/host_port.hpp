@@ -51,7 +51,7 @@ class host_port final : public port {
   std::string_view name() const override { return "host"; }
 
   stream_handle make_stream() override {
-    auto* s = new queue(*this);
+    auto* s = new queue;
     {
       std::lock_guard lock(mutex_);
       streams_.insert(s);
@@ -149,7 +149,6 @@ class host_port final : public port {
 
  private:
   struct queue {
-    explicit queue(host_port&) {}
     std::deque<std::function<void()>> work;
     std::uint64_t queued = 0, finished = 0;
     bool stop = false;

@@ -15,32 +15,13 @@
 
 #include "mimatrix/transport/inproc.hpp"
 #include "support/dtypes.hpp"
+#include "support/small_values.hpp"
 
 namespace mimatrix {
 namespace {
 
 using namespace std::chrono_literals;
 using transport::inproc;
-
-/// Small integers (1 to 5): every dtype holds each input, sum, product and average of
-/// three ranks exactly (or, for an integer average, truncated), whatever the order.
-int small_value(int rank, std::size_t i) { return 1 + int((i * 7 + std::size_t(rank) * 3) % 5); }
-
-double expected(reduce::op_kind op, int p, std::size_t i, bool integral) {
-  double acc = small_value(0, i);
-  for (int r = 1; r < p; ++r) {
-    const double v = small_value(r, i);
-    switch (op) {
-      case reduce::op_kind::sum:
-      case reduce::op_kind::avg: acc += v; break;
-      case reduce::op_kind::prod: acc *= v; break;
-      case reduce::op_kind::min: acc = std::min(acc, v); break;
-      case reduce::op_kind::max: acc = std::max(acc, v); break;
-    }
-  }
-  if (op != reduce::op_kind::avg) return acc;
-  return integral ? double(static_cast<long long>(acc) / p) : acc / p;
-}
 
 TEST(collectives, every_dtype_and_op_reduces_exactly) {
   constexpr int p = 3;
@@ -54,10 +35,10 @@ TEST(collectives, every_dtype_and_op_reduces_exactly) {
           communicator<inproc> comm(w, r);
           collectives<inproc> coll(comm);
           std::vector<T> in(n), out(n);
-          for (std::size_t i = 0; i < n; ++i) in[i] = T(static_cast<float>(small_value(r, i)));
+          for (std::size_t i = 0; i < n; ++i) in[i] = T(static_cast<float>(test::small_value(r, i)));
           coll.allreduce(in.data(), out.data(), n, t, op).wait();
           for (std::size_t i = 0; i < n; ++i) {
-            const double want = expected(op, p, i, std::is_integral_v<T>);
+            const double want = test::reduced_small_values(op, p, i, std::is_integral_v<T>);
             // The expected value rounded to T, compared in T (avg of 16-bit floats rounds).
             ASSERT_EQ(static_cast<double>(static_cast<float>(out[i])),
                       static_cast<double>(static_cast<float>(T(static_cast<float>(want)))))

@@ -21,30 +21,13 @@
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/transport/inproc.hpp"
 #include "support/dtypes.hpp"
+#include "support/small_values.hpp"
 
 namespace mimatrix {
 namespace {
 
 using namespace std::chrono_literals;
 using transport::inproc;
-
-int value_of(int rank, std::size_t i) { return 1 + int((i * 7 + std::size_t(rank) * 3) % 5); }
-
-double reduced(reduce::op_kind op, int p, std::size_t i, bool integral) {
-  double acc = value_of(0, i);
-  for (int r = 1; r < p; ++r) {
-    const double v = value_of(r, i);
-    switch (op) {
-      case reduce::op_kind::sum:
-      case reduce::op_kind::avg: acc += v; break;
-      case reduce::op_kind::prod: acc *= v; break;
-      case reduce::op_kind::min: acc = std::min(acc, v); break;
-      case reduce::op_kind::max: acc = std::max(acc, v); break;
-    }
-  }
-  if (op != reduce::op_kind::avg) return acc;
-  return integral ? double(static_cast<long long>(acc) / p) : acc / p;
-}
 
 call_options on(device::host_port& dev, device::stream_handle s, const std::string& algorithm = {},
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
@@ -64,11 +47,11 @@ void expect_exact_allreduce(int p, Topology topo, const std::string& algorithm, 
       collectives<inproc, Topology> coll(comm, topo);
       const device::stream_handle s = dev.make_stream();
       std::vector<T> in(n), out(n);
-      for (std::size_t i = 0; i < n; ++i) in[i] = T(static_cast<float>(value_of(r, i)));
+      for (std::size_t i = 0; i < n; ++i) in[i] = T(static_cast<float>(test::small_value(r, i)));
       T* dst = in_place ? in.data() : out.data();
       coll.allreduce(in.data(), dst, n, t, op, on(dev, s, algorithm)).wait();
       for (std::size_t i = 0; i < n; ++i) {
-        const double want = reduced(op, p, i, std::is_integral_v<T>);
+        const double want = test::reduced_small_values(op, p, i, std::is_integral_v<T>);
         // Sums of small integers are exact in every dtype; a float average is one rounding off.
         const double tolerance = std::is_integral_v<T> || op != reduce::op_kind::avg ? 0.0 : want / 128;
         ASSERT_NEAR(static_cast<double>(static_cast<float>(dst[i])), want, tolerance)
@@ -109,9 +92,9 @@ TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_bu
     collectives<inproc> coll(comm);
     const device::stream_handle s = dev.make_stream();
     std::vector<std::int32_t> whole(n * p), part(n);
-    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = value_of(r, i);
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = test::small_value(r, i);
     coll.reduce_scatter(whole.data(), part.data(), n, dtype::int32, reduce::op_kind::sum, on(dev, s)).wait();
-    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(part[i], reduced(reduce::op_kind::sum, p, r * n + i, true)) << i;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(part[i], test::reduced_small_values(reduce::op_kind::sum, p, r * n + i, true)) << i;
 
     std::vector<std::int32_t> mine(n, r + 1), all(n * p);
     coll.allgather(mine.data(), all.data(), n, dtype::int32, on(dev, s)).wait();
