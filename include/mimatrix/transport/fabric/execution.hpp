@@ -219,15 +219,17 @@ class execution final : public step_executor, private call {
       ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
                              to_string(sig()) + " failed with transfers the provider could not cancel (" +
                              message() + "); create a new communicator");
-    else if (code == errc::mismatch && ep_->provider() != "shm")
+    else if ((code == errc::mismatch || connection_lost_) && ep_->provider() != "shm")
       // A message longer than its receive makes tcp;ofi_rxm drop that connection, and not
-      // every rank learns which: every rank stops alike, so none can succeed at a later
-      // call that another fails (the rxm providers are alike; shm truncates harmlessly).
+      // every rank learns which: a rank whose send met the dropped connection sees only a
+      // lost peer. Every rank stops alike, so none can succeed at a later call that
+      // another fails (the rxm providers are alike; shm truncates harmlessly).
       ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
-                                      to_string(sig()) + " failed with a mismatch (" + message() + "): " +
-                                      ep_->provider() +
-                                      " drops a connection that carried a message longer than the receive "
-                                      "posted for it; create a new communicator");
+                                      to_string(sig()) + " failed (" + message() + "): " + ep_->provider() +
+                                      (code == errc::mismatch ? " drops a connection that carried a message longer "
+                                                                "than the receive posted for it"
+                                                              : " dropped a connection to a peer") +
+                                      "; create a new communicator");
     give_back_memory();
   }
 
@@ -341,6 +343,7 @@ class execution final : public step_executor, private call {
   std::unique_ptr<workspace> ws_;
   std::byte* user_output_;
   bool one_sided_ = false;    // runs writes and waits over the RMA window
+  bool connection_lost_ = false;  // the provider reported a connection to a peer gone
   std::size_t half_ = 0;      // the window half this call uses
   std::uint32_t digest_ = 0;  // of the signature, as flags carry it
   std::byte* staging_ = nullptr;

@@ -81,8 +81,10 @@ inline execution::posted execution::inject(schedule::step_id id) {
 inline void execution::fail_post(schedule::step_id id, const char* call, ssize_t ret) {
   const int peer = step_at(id).peer;
   const std::string what = explain_fabric_call(call, ret, ep_->provider());
-  if (is_peer_loss(static_cast<int>(ret)))
+  if (is_peer_loss(static_cast<int>(ret))) {
+    connection_lost_ = true;
     return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) + " is unreachable (" + what + ")"));
+  }
   const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout()));
   if (std::find(silent.begin(), silent.end(), peer) != silent.end())
     return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) +
@@ -135,9 +137,11 @@ inline void execution::on_error(posted_op& r, const fi_cq_err_entry& e) {
                                                              "MIMATRIX_WINDOW_BYTES alike on every rank)"));
   // Our own cancels never reach here (the request is orphaned first), so a cancel or an
   // I/O error on a peer's message means the provider gave up on that peer.
-  if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code))
+  if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code)) {
+    connection_lost_ = true;
     return fail(errc::peer_lost,
                 describe(context(id), "rank " + std::to_string(st.peer) + " is unreachable (" + what + ")"));
+  }
   fail(errc::transport, describe(context(id), what));
 }
 
