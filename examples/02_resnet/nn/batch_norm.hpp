@@ -1,5 +1,6 @@
-// Batch normalization over NCHW activations on oneDNN: training forward with batch
-// statistics (updating running averages), its backward, and inference with running stats.
+// Batch normalization over NCHW activations: training forward with batch statistics
+// (updating running averages) and its backward in plain C++, local or synchronized across
+// ranks by a reducer of its statistics; inference with the running ones on oneDNN.
 #pragma once
 
 #include "context.hpp"
@@ -7,8 +8,12 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <span>
 #include <vector>
 
 namespace mimatrix::resnet::nn {
@@ -26,26 +31,18 @@ class batch_norm {
     for (float& v : running_var_.data) v = 1.0f;
   }
 
+  /// Sums a vector across the ranks that share the global batch (an allreduce).
+  using statistics_reducer = std::function<void(std::span<double>)>;
+
+  /// Synchronized batch norm (as PyTorch's SyncBatchNorm): the statistics and the input's
+  /// gradient cover the global batch, so P ranks compute what one rank would on all of it.
+  /// Costs two small allreduces a layer a step, forward and backward. Empty: local statistics.
+  void synchronize_with(statistics_reducer reduce) { reduce_ = std::move(reduce); }
+
   // Training: normalizes with this batch's statistics and updates the running ones.
   tensor forward(const tensor& input) {
     input_ = input;
-    auto& p = primitives_for(input.shape);
-    tensor output(input.shape);
-    ctx_.run(p.forward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
-                                    {DNNL_ARG_SCALE, ctx_.wrap(gamma_.value)},
-                                    {DNNL_ARG_SHIFT, ctx_.wrap(beta_.value)},
-                                    {DNNL_ARG_MEAN, ctx_.wrap(mean_)},
-                                    {DNNL_ARG_VARIANCE, ctx_.wrap(variance_)},
-                                    {DNNL_ARG_DST, ctx_.wrap(output)}});
-    // oneDNN's variance is biased (divides by n); the running one is unbiased, as PyTorch.
-    const auto n = static_cast<float>(input.size() / mean_.size());
-    const float unbias = n > 1.0f ? n / (n - 1.0f) : 1.0f;
-    for (std::size_t c = 0; c < mean_.size(); ++c) {
-      running_mean_.data[c] = (1 - momentum_) * running_mean_.data[c] + momentum_ * mean_.data[c];
-      running_var_.data[c] =
-          (1 - momentum_) * running_var_.data[c] + momentum_ * unbias * variance_.data[c];
-    }
-    return output;
+    return forward_training();
   }
 
   // Inference: normalizes with the running statistics; no backward after it.
@@ -62,32 +59,114 @@ class batch_norm {
   }
 
   // After forward: returns the input's gradient; writes gamma's and beta's.
-  tensor backward(const tensor& grad_output) {
-    auto& p = primitives_for(input_.shape);
-    tensor grad_input(input_.shape);
-    ctx_.run(p.backward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
-                                     {DNNL_ARG_MEAN, ctx_.wrap(mean_)},
-                                     {DNNL_ARG_VARIANCE, ctx_.wrap(variance_)},
-                                     {DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
-                                     {DNNL_ARG_SCALE, ctx_.wrap(gamma_.value)},
-                                     // oneDNN 2.6 asks for shift too, though unused
-                                     {DNNL_ARG_SHIFT, ctx_.wrap(beta_.value)},
-                                     {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)},
-                                     {DNNL_ARG_DIFF_SCALE, ctx_.wrap(gamma_.grad)},
-                                     {DNNL_ARG_DIFF_SHIFT, ctx_.wrap(beta_.grad)}});
-    return grad_input;
-  }
+  tensor backward(const tensor& grad_output) { return backward_training(grad_output); }
 
   [[nodiscard]] std::vector<parameter*> parameters() { return {&gamma_, &beta_}; }
   [[nodiscard]] parameter& gamma() { return gamma_; }
   [[nodiscard]] parameter& beta() { return beta_; }
   [[nodiscard]] const tensor& running_mean() const { return running_mean_; }
   [[nodiscard]] const tensor& running_var() const { return running_var_; }
+  // For a checkpoint or a new rank taking the group's state.
+  [[nodiscard]] tensor& running_mean() { return running_mean_; }
+  [[nodiscard]] tensor& running_var() { return running_var_; }
 
  private:
+  void update_running(double count) {
+    const auto unbias = static_cast<float>(count > 1 ? count / (count - 1) : 1.0);
+    for (std::size_t c = 0; c < mean_.size(); ++c) {
+      running_mean_.data[c] = (1 - momentum_) * running_mean_.data[c] + momentum_ * mean_.data[c];
+      running_var_.data[c] =
+          (1 - momentum_) * running_var_.data[c] + momentum_ * unbias * variance_.data[c];
+    }
+  }
+
+  // Training runs in plain C++ rather than oneDNN: its nchw batch norm is slow, and one
+  // path serves both local and synchronized statistics. Two passes, each summed across
+  // ranks when synchronized: the mean (with the count a channel, the last entry), then the
+  // squared deviations from it (no cancellation, unlike E[x^2] - mean^2). Sums are float
+  // within a plane, double across planes.
+  tensor forward_training() {
+    const auto n = input_.dim(0), channels = input_.dim(1), plane = input_.dim(2) * input_.dim(3);
+    std::vector<double> sums(static_cast<std::size_t>(channels + 1), 0.0);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float* x = input_.data.data() + (i * channels + c) * plane;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (std::int64_t k = 0; k < plane; ++k) s += x[k];
+        sums[std::size_t(c)] += s;
+      }
+    sums.back() = static_cast<double>(n * plane);
+    if (reduce_) reduce_(sums);
+    count_ = sums.back();
+    for (std::int64_t c = 0; c < channels; ++c) mean_.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(c)] / count_);
+    sums.assign(static_cast<std::size_t>(channels), 0.0);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float* x = input_.data.data() + (i * channels + c) * plane;
+        const float mean = mean_.data[std::size_t(c)];
+        float q = 0;
+#pragma omp simd reduction(+ : q)
+        for (std::int64_t k = 0; k < plane; ++k) q += (x[k] - mean) * (x[k] - mean);
+        sums[std::size_t(c)] += q;
+      }
+    if (reduce_) reduce_(sums);
+    for (std::int64_t c = 0; c < channels; ++c) variance_.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(c)] / count_);
+    tensor output(input_.shape);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
+        const float scale = gamma_.value.data[std::size_t(c)] * invstd, shift = beta_.value.data[std::size_t(c)];
+        const float* x = input_.data.data() + (i * channels + c) * plane;
+        float* y = output.data.data() + (i * channels + c) * plane;
+#pragma omp simd
+        for (std::int64_t k = 0; k < plane; ++k) y[k] = (x[k] - mean) * scale + shift;
+      }
+    update_running(count_);
+    return output;
+  }
+
+  // dx = gamma / std * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M), sums over the batch
+  // (the global one when synchronized); gamma's and beta's gradients stay this rank's sums
+  // (the trainer sums them).
+  tensor backward_training(const tensor& grad_output) {
+    const auto n = input_.dim(0), channels = input_.dim(1), plane = input_.dim(2) * input_.dim(3);
+    std::vector<double> sums(static_cast<std::size_t>(2 * channels), 0.0);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
+        const float* x = input_.data.data() + (i * channels + c) * plane;
+        const float* dy = grad_output.data.data() + (i * channels + c) * plane;
+        float s = 0, p = 0;
+#pragma omp simd reduction(+ : s, p)
+        for (std::int64_t k = 0; k < plane; ++k) s += dy[k], p += dy[k] * (x[k] - mean);
+        sums[std::size_t(c)] += s;
+        sums[std::size_t(channels + c)] += double(p) * invstd;
+      }
+    for (std::int64_t c = 0; c < channels; ++c) {
+      beta_.grad.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(c)]);
+      gamma_.grad.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(channels + c)]);
+    }
+    if (reduce_) reduce_(sums);
+    tensor grad_input(input_.shape);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t c = 0; c < channels; ++c) {
+        const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
+        const auto dy_mean = static_cast<float>(sums[std::size_t(c)] / count_);
+        const auto dy_xhat_mean = static_cast<float>(sums[std::size_t(channels + c)] / count_);
+        const float scale = gamma_.value.data[std::size_t(c)] * invstd;
+        const float* x = input_.data.data() + (i * channels + c) * plane;
+        const float* dy = grad_output.data.data() + (i * channels + c) * plane;
+        float* dx = grad_input.data.data() + (i * channels + c) * plane;
+#pragma omp simd
+        for (std::int64_t k = 0; k < plane; ++k)
+          dx[k] = scale * (dy[k] - dy_mean - (x[k] - mean) * invstd * dy_xhat_mean);
+      }
+    return grad_input;
+  }
+
   struct primitives {
-    dnnl::batch_normalization_forward forward, inference;
-    dnnl::batch_normalization_backward backward;
+    dnnl::batch_normalization_forward inference;
   };
 
   primitives& primitives_for(const dnnl::memory::dims& shape) {
@@ -95,18 +174,11 @@ class batch_norm {
     using namespace dnnl;
     const auto data = plain_desc(shape);
     const auto affine = normalization_flags::use_scale | normalization_flags::use_shift;
-    const batch_normalization_forward::primitive_desc forward_pd(
-        {prop_kind::forward_training, data, epsilon_, affine}, ctx_.engine);
     const batch_normalization_forward::primitive_desc inference_pd(
         {prop_kind::forward_inference, data, epsilon_,
          affine | normalization_flags::use_global_stats},
         ctx_.engine);
-    const batch_normalization_backward::primitive_desc backward_pd(
-        {prop_kind::backward, data, data, epsilon_, affine}, ctx_.engine, forward_pd);
-    return cache_.emplace(shape, primitives{batch_normalization_forward(forward_pd),
-                                            batch_normalization_forward(inference_pd),
-                                            batch_normalization_backward(backward_pd)})
-        .first->second;
+    return cache_.emplace(shape, primitives{batch_normalization_forward(inference_pd)}).first->second;
   }
 
   context& ctx_;
@@ -114,6 +186,8 @@ class batch_norm {
   parameter gamma_, beta_;
   tensor running_mean_, running_var_;
   tensor mean_, variance_;  // the last training batch's, for backward
+  statistics_reducer reduce_;
+  double count_ = 0;        // elements a channel in the last synchronized batch, all ranks'
   tensor input_;
   std::map<dnnl::memory::dims, primitives> cache_;
 };

@@ -1,5 +1,6 @@
 // A 2-D convolution without bias (ResNets put batch norm after every convolution), on
-// oneDNN: forward, backward data and backward weights, primitives cached per input shape.
+// oneDNN: forward, backward data and backward weights, primitives cached per input shape,
+// in the layouts oneDNN runs fastest, behind plain NCHW/OIHW tensors.
 #pragma once
 
 #include "context.hpp"
@@ -35,25 +36,37 @@ class conv2d {
   }
 
   tensor forward(const tensor& input) {
-    input_ = input;  // backward weights needs it
     auto& p = primitives_for(input.shape);
     tensor output(output_shape(input.shape));
-    ctx_.run(p.forward, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
-                                    {DNNL_ARG_WEIGHTS, ctx_.wrap(weight_.value)},
-                                    {DNNL_ARG_DST, ctx_.wrap(output)}});
+    // The input in the primitive's layout, kept (owned: the caller's may go) for backward.
+    src_ = dnnl::memory(p.forward_pd.src_desc(), ctx_.engine);
+    ctx_.run(dnnl::reorder(ctx_.wrap(input), src_), {{DNNL_ARG_FROM, ctx_.wrap(input)}, {DNNL_ARG_TO, src_}});
+    const dnnl::memory weights = p.to_inner(ctx_, ctx_.wrap(weight_.value), p.forward_pd.weights_desc());
+    const dnnl::memory dst = p.inner_or(ctx_, ctx_.wrap(output), p.forward_pd.dst_desc());
+    ctx_.run(p.forward, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+    p.to_plain(ctx_, dst, ctx_.wrap(output));
+    input_shape_ = input.shape;
     return output;
   }
 
   // Returns the input's gradient; writes the weight's into parameters()[0]->grad.
   tensor backward(const tensor& grad_output) {
-    auto& p = primitives_for(input_.shape);
-    tensor grad_input(input_.shape);
-    ctx_.run(p.backward_data, {{DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
-                                          {DNNL_ARG_WEIGHTS, ctx_.wrap(weight_.value)},
-                                          {DNNL_ARG_DIFF_SRC, ctx_.wrap(grad_input)}});
-    ctx_.run(p.backward_weights, {{DNNL_ARG_SRC, ctx_.wrap(input_)},
-                                             {DNNL_ARG_DIFF_DST, ctx_.wrap(grad_output)},
-                                             {DNNL_ARG_DIFF_WEIGHTS, ctx_.wrap(weight_.grad)}});
+    auto& p = primitives_for(input_shape_);
+    tensor grad_input(input_shape_);
+    const dnnl::memory diff_dst = p.to_inner(ctx_, ctx_.wrap(grad_output), p.data_pd.diff_dst_desc());
+    const dnnl::memory weights = p.to_inner(ctx_, ctx_.wrap(weight_.value), p.data_pd.weights_desc());
+    const dnnl::memory diff_src = p.inner_or(ctx_, ctx_.wrap(grad_input), p.data_pd.diff_src_desc());
+    ctx_.run(p.backward_data, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, diff_src}});
+    p.to_plain(ctx_, diff_src, ctx_.wrap(grad_input));
+    const dnnl::memory diff_dst_w = p.weights_pd.diff_dst_desc() == diff_dst.get_desc()
+                                        ? diff_dst
+                                        : p.to_inner(ctx_, ctx_.wrap(grad_output), p.weights_pd.diff_dst_desc());
+    const dnnl::memory src = p.weights_pd.src_desc() == src_.get_desc()
+                                 ? src_
+                                 : p.to_inner(ctx_, src_, p.weights_pd.src_desc());
+    const dnnl::memory diff_weights = p.inner_or(ctx_, ctx_.wrap(weight_.grad), p.weights_pd.diff_weights_desc());
+    ctx_.run(p.backward_weights, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_dst_w}, {DNNL_ARG_DIFF_WEIGHTS, diff_weights}});
+    p.to_plain(ctx_, diff_weights, ctx_.wrap(weight_.grad));
     return grad_input;
   }
 
@@ -61,28 +74,50 @@ class conv2d {
   [[nodiscard]] parameter& weight() { return weight_; }
 
  private:
+  // The primitives let oneDNN choose its layouts (`any`): on x86 its blocked ones (nChw16c)
+  // run the direct JIT kernels, several times faster than the gemm path plain NCHW gets.
+  // Tensors stay plain outside: they are reordered in and out at the layer's edges.
   struct primitives {
+    dnnl::convolution_forward::primitive_desc forward_pd;
+    dnnl::convolution_backward_data::primitive_desc data_pd;
+    dnnl::convolution_backward_weights::primitive_desc weights_pd;
     dnnl::convolution_forward forward;
     dnnl::convolution_backward_data backward_data;
     dnnl::convolution_backward_weights backward_weights;
+
+    // `plain` as `inner` wants it: itself, or reordered into a new buffer.
+    static dnnl::memory to_inner(context& ctx, const dnnl::memory& plain, const dnnl::memory::desc& inner) {
+      if (plain.get_desc() == inner) return plain;
+      dnnl::memory m(inner, ctx.engine);
+      ctx.run(dnnl::reorder(plain, m), {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, m}});
+      return m;
+    }
+    // Where a primitive writes: the plain tensor itself when the layouts agree.
+    static dnnl::memory inner_or(context& ctx, const dnnl::memory& plain, const dnnl::memory::desc& inner) {
+      return plain.get_desc() == inner ? plain : dnnl::memory(inner, ctx.engine);
+    }
+    static void to_plain(context& ctx, const dnnl::memory& inner, const dnnl::memory& plain) {
+      if (inner.get_data_handle() == plain.get_data_handle()) return;
+      ctx.run(dnnl::reorder(inner, plain), {{DNNL_ARG_FROM, inner}, {DNNL_ARG_TO, plain}});
+    }
   };
 
   primitives& primitives_for(const dnnl::memory::dims& in) {
     if (auto it = cache_.find(in); it != cache_.end()) return it->second;
     using namespace dnnl;
-    const auto src = plain_desc(in);
-    const auto weights = plain_desc(weight_.value.shape);
-    const auto dst = plain_desc(output_shape(in));
+    using tag = memory::format_tag;
+    const memory::desc src(in, memory::data_type::f32, tag::any);
+    const memory::desc weights(weight_.value.shape, memory::data_type::f32, tag::any);
+    const memory::desc dst(output_shape(in), memory::data_type::f32, tag::any);
     const memory::dims strides{stride_, stride_}, padding{padding_, padding_};
     const auto algo = algorithm::convolution_direct;
     const convolution_forward::primitive_desc forward_pd(
-        {prop_kind::forward_training, algo, src, weights, dst, strides, padding, padding},
-        ctx_.engine);
+        {prop_kind::forward_training, algo, src, weights, dst, strides, padding, padding}, ctx_.engine);
     const convolution_backward_data::primitive_desc data_pd(
         {algo, src, weights, dst, strides, padding, padding}, ctx_.engine, forward_pd);
     const convolution_backward_weights::primitive_desc weights_pd(
         {algo, src, weights, dst, strides, padding, padding}, ctx_.engine, forward_pd);
-    return cache_.emplace(in, primitives{convolution_forward(forward_pd),
+    return cache_.emplace(in, primitives{forward_pd, data_pd, weights_pd, convolution_forward(forward_pd),
                                          convolution_backward_data(data_pd),
                                          convolution_backward_weights(weights_pd)})
         .first->second;
@@ -91,7 +126,8 @@ class conv2d {
   context& ctx_;
   std::int64_t stride_, padding_;
   parameter weight_;
-  tensor input_;
+  dnnl::memory::dims input_shape_;
+  dnnl::memory src_;  // the last forward's input, in the forward primitive's layout
   std::map<dnnl::memory::dims, primitives> cache_;
 };
 

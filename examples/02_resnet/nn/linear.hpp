@@ -56,6 +56,8 @@ class linear {
   }
 
   [[nodiscard]] std::vector<parameter*> parameters() { return {&weight_, &bias_}; }
+  /// The last forward's input, N x F: sufficient-factor broadcasting sends it as V.
+  [[nodiscard]] const tensor& last_input() const { return input_; }
   [[nodiscard]] parameter& weight() { return weight_; }
   [[nodiscard]] parameter& bias() { return bias_; }
 

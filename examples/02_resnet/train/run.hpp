@@ -1,0 +1,241 @@
+// A training run across a group: the process's session (data, model, optimizer, steps
+// done) outlives any one group, so after a failure the survivors' next group goes on from
+// the most advanced rank's state. Step g of the run takes positions [s*B, (s+1)*B) of its
+// epoch's shuffled order (s = g mod steps an epoch), each rank the slice its local batch
+// gives: the samples of a step do not depend on how many ranks share it or how they split it.
+#pragma once
+
+#include "data/batches.hpp"
+#include "data/fashion_mnist.hpp"
+#include "model/resnet.hpp"
+#include "optim/schedule.hpp"
+#include "optim/sgd.hpp"
+#include "train/checkpoint.hpp"
+#include "train/data_parallel.hpp"
+#include "train/options.hpp"
+#include "train/state.hpp"
+
+#include <mimatrix/collectives.hpp>
+#include <mimatrix/communicator.hpp>
+#include <mimatrix/sufficient_factor.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace mimatrix::resnet::train {
+
+/// ImageNet-shaped random images and labels (ResNet-50's throughput runs): labels below 256,
+/// as the pipeline's bytes hold them, of a 1000-way classifier.
+inline data::dataset synthetic_set(std::size_t count, std::size_t side, std::uint64_t seed) {
+  data::dataset d;
+  d.count = count;
+  d.channels = 3;
+  d.height = d.width = side;
+  d.images.resize(count * d.image_size());
+  d.labels.resize(count);
+  std::mt19937 rng(static_cast<std::uint32_t>(seed));
+  std::normal_distribution<float> pixel(0.0f, 1.0f);
+  for (float& x : d.images) x = pixel(rng);
+  for (auto& l : d.labels) l = static_cast<std::uint8_t>(rng() % 256);
+  return d;
+}
+
+/// What a process keeps across groups.
+/// @par Thread Safety
+/// One thread.
+struct session {
+  options opt;
+  data::dataset train_set, test_set;
+  std::int64_t classes = 10;
+  nn::context ctx;
+  std::mt19937 rng;
+  model::resnet net;
+  optim::sgd optimizer;
+  std::int64_t steps_per_epoch = 0, total_steps = 0;
+  optim::lr_schedule schedule;
+  std::int64_t step = 0;  // steps this process has completed
+
+  explicit session(options o, data::dataset train, data::dataset test, std::int64_t class_count)
+      : opt(std::move(o)), train_set(std::move(train)), test_set(std::move(test)), classes(class_count),
+        rng(static_cast<std::uint32_t>(opt.seed)),
+        net(ctx, model::architecture_named(opt.model), std::int64_t(train_set.channels), classes, rng),
+        optimizer(net.parameters(), {opt.momentum, 0.0f, opt.weight_decay, opt.nesterov}),
+        steps_per_epoch(std::max<std::int64_t>(
+            1, opt.steps ? std::min<std::int64_t>(opt.steps, std::int64_t(train_set.count) / opt.batch)
+                         : std::int64_t(train_set.count) / opt.batch)),
+        total_steps(steps_per_epoch * opt.epochs),
+        schedule(optim::make_schedule(opt.schedule,
+                                      optim::linear_scaled_lr(opt.lr, opt.batch, opt.lr_reference_batch),
+                                      steps_per_epoch, opt.epochs, opt.warmup_epochs)) {
+    if (std::int64_t(train_set.count) < opt.batch)
+      throw std::invalid_argument("the global batch " + std::to_string(opt.batch) + " is larger than the " +
+                                  std::to_string(train_set.count) + " training samples");
+  }
+
+  /// Restores the checkpoint when --resume and it exists; true if it did.
+  bool resume_from_checkpoint() {
+    if (!opt.resume || !std::filesystem::exists(opt.checkpoint)) return false;
+    const checkpoint ck = load_checkpoint(opt.checkpoint);
+    for (auto& [name, view] : state_of(net, optimizer)) restore(ck, name, view);
+    step = ck.counters.at("step");
+    optimizer.resume_at(step);
+    return true;
+  }
+
+  void save_checkpoint_now() const {
+    auto views = state_of(const_cast<model::resnet&>(net), const_cast<optim::sgd&>(optimizer));
+    std::vector<tensor_view> tensors;
+    for (const auto& [name, v] : views) tensors.push_back({name, v});
+    save_checkpoint(opt.checkpoint, tensors,
+                    {{"step", step}, {"epoch", step / steps_per_epoch}, {"seed", std::int64_t(opt.seed)},
+                     {"global_batch", opt.batch}});
+  }
+};
+
+/// What a step tells the caller (the job server's heartbeat).
+struct step_report {
+  std::int64_t step = 0;
+  std::int64_t local_batch = 0;
+  step_statistics stats;
+};
+
+/// Trains on `comm` with this rank's `local_batch` until the run's last step; throws
+/// mimatrix::error when the group fails (the caller forms the next one).
+template <class Transport>
+void train_group(session& s, communicator<Transport>& comm, std::int64_t local_batch,
+                 const std::function<void(const step_report&)>& on_step = {}) {
+  const options& opt = s.opt;
+  collectives<Transport> coll(comm);
+  const int rank = comm.rank(), ranks = comm.size();
+
+  // Every rank's share: the global batch and where this rank's slice starts.
+  std::vector<std::int64_t> batches(std::size_t(ranks), 0);
+  coll.allgather(&local_batch, batches.data(), 1, dtype::int64).wait();
+  const std::int64_t global = std::accumulate(batches.begin(), batches.end(), std::int64_t{0});
+  const std::int64_t offset = std::accumulate(batches.begin(), batches.begin() + rank, std::int64_t{0});
+  if (global != opt.batch)
+    throw std::invalid_argument("the ranks' local batches sum to " + std::to_string(global) + ", not --batch " +
+                                std::to_string(opt.batch));
+  s.step = take_most_advanced_state(coll, s.net, s.optimizer, s.step);
+
+  const bool equal_batches = std::all_of(batches.begin(), batches.end(), [&](auto b) { return b == batches[0]; });
+  const auto& w = s.net.head().weight().value;
+  data_parallel_settings settings;
+  settings.wait_free = {opt.bucket_kib * 1024, opt.overlap};
+  settings.synchronized_batch_norm = opt.sync_bn;
+  settings.sufficient_factors =
+      ranks > 1 && equal_batches &&
+      (opt.sfb == "on" || (opt.sfb == "auto" && sufficient_factors_pay(ranks, std::size_t(local_batch),
+                                                                       std::size_t(w.dim(0)), std::size_t(w.dim(1)))));
+  if (opt.sfb == "on" && !settings.sufficient_factors && ranks > 1 && rank == 0)
+    std::printf("resnet_train: --sfb on needs equal local batches; the classifier's gradient is allreduced\n");
+  data_parallel<Transport> dp(coll, s.net, s.optimizer, settings, local_batch);
+  if (rank == 0)
+    std::printf("resnet_train: %s, %zu parameters, %d rank(s), global batch %lld (this rank %lld), step %lld of %lld, "
+                "%s, classifier gradient by %s\n",
+                opt.model.c_str(), s.net.parameter_count(), ranks, static_cast<long long>(global),
+                static_cast<long long>(local_batch), static_cast<long long>(s.step),
+                static_cast<long long>(s.total_steps), opt.overlap ? "wait-free backpropagation" : "allreduce after backward",
+                settings.sufficient_factors ? "sufficient factors" : "allreduce");
+
+  const data::augmentation augment{opt.augment, 4, data::fashion_mnist_constants::black};
+  data::batch batch;
+  std::vector<std::uint32_t> order;
+  std::int64_t order_epoch = -1;
+
+  // An epoch's figures, from its first step in this group.
+  double loss_sum = 0, correct = 0, samples = 0, compute_ms = 0;
+  double wait_overlapped = 0, wait_serial = 0;
+  std::int64_t overlapped_steps = 0, serial_steps = 0, steps_done = 0;
+  auto epoch_start = std::chrono::steady_clock::now();
+
+  while (s.step < s.total_steps) {
+    const std::int64_t epoch = s.step / s.steps_per_epoch, in_epoch = s.step % s.steps_per_epoch;
+    if (epoch != order_epoch) {
+      order = data::epoch_order(std::uint32_t(s.train_set.count), opt.seed, std::uint64_t(epoch));
+      order_epoch = epoch;
+    }
+    const auto first = std::size_t(in_epoch * global + offset);
+    data::assemble_batch(s.train_set, std::span<const std::uint32_t>(order).subspan(first, std::size_t(local_batch)),
+                         augment, opt.seed, std::uint64_t(epoch), batch);
+    nn::tensor images({std::int64_t(batch.size), std::int64_t(batch.channels), std::int64_t(batch.height),
+                       std::int64_t(batch.width)});
+    images.data.swap(batch.images);
+    // Every measure_every-th step runs without overlap: what the others hide is measured
+    // against it (the same buckets and sums, so the same result).
+    const bool measure = opt.overlap && ranks > 1 && opt.measure_every > 0 && s.step % opt.measure_every == opt.measure_every - 1;
+    dp.set_overlap(opt.overlap && !measure);
+    const step_statistics st = dp.step(images, batch.labels, std::uint64_t(global), float(s.schedule(s.step)));
+    images.data.swap(batch.images);  // its buffer serves the next batch
+    ++s.step;
+    ++steps_done;
+    loss_sum += st.loss_sum;
+    correct += double(st.correct);
+    samples += double(st.samples);
+    compute_ms += st.compute_ms;
+    ((opt.overlap && !measure) ? (wait_overlapped += st.wait_ms, ++overlapped_steps)
+                               : (wait_serial += st.wait_ms, ++serial_steps));
+    if (on_step) on_step({s.step, local_batch, st});
+    if (opt.log_every > 0 && s.step % opt.log_every == 0 && rank == 0)
+      std::printf("  step %lld/%lld: loss %.4f lr %.4f\n", static_cast<long long>(s.step),
+                  static_cast<long long>(s.total_steps), st.loss_sum / double(st.samples), s.schedule(s.step - 1));
+
+    if (s.step % s.steps_per_epoch != 0 && s.step != s.total_steps) continue;
+    // The epoch's end: its figures over every rank, the test accuracy, a checkpoint.
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+    double sums[3] = {loss_sum, correct, samples};
+    coll.allreduce(sums, sums, 3, dtype::float64, reduce::op_kind::sum).wait();
+    double test_correct[2] = {0, 0};
+    if (opt.eval) {
+      const std::uint64_t n = opt.test_samples ? std::min<std::uint64_t>(std::uint64_t(opt.test_samples), s.test_set.count)
+                                               : s.test_set.count;
+      const data::shard mine = data::shard_of(n, std::uint32_t(rank), std::uint32_t(ranks));
+      std::vector<std::uint32_t> all(n);
+      std::iota(all.begin(), all.end(), 0u);
+      const data::augmentation none{false, 0, 0.0f};
+      constexpr std::uint64_t eval_batch = 250;
+      for (std::uint64_t b = 0; b < data::steps_in(mine, eval_batch); ++b) {
+        data::assemble_batch(s.test_set, data::batch_indices(all, mine, b, eval_batch), none, 0, 0, batch);
+        nn::tensor x({std::int64_t(batch.size), std::int64_t(batch.channels), std::int64_t(batch.height),
+                      std::int64_t(batch.width)});
+        x.data.swap(batch.images);
+        test_correct[0] += double(dp.correct(x, batch.labels));
+        x.data.swap(batch.images);
+      }
+      test_correct[1] = double(n);
+      coll.allreduce(test_correct, test_correct, 1, dtype::float64, reduce::op_kind::sum).wait();
+    }
+    if (rank == 0) {
+      const double exposed = overlapped_steps ? wait_overlapped / double(overlapped_steps) : 0;
+      const double serial = serial_steps ? wait_serial / double(serial_steps) : 0;
+      char test_text[32] = "n/a";
+      if (opt.eval) std::snprintf(test_text, sizeof test_text, "%.2f%%", 100.0 * test_correct[0] / test_correct[1]);
+      std::printf("epoch %lld/%lld: loss %.4f train-acc %.2f%% test-acc %s images/s %.1f time %.1fs", 
+                  static_cast<long long>(epoch + 1), static_cast<long long>(opt.epochs), sums[0] / sums[2],
+                  100.0 * sums[1] / sums[2], test_text, double(steps_done * global) / seconds, seconds);
+      if (ranks > 1) {
+        std::printf(" grad-wait %.2fms/step", opt.overlap ? exposed : serial);
+        if (opt.overlap && serial_steps && overlapped_steps)
+          std::printf(" hidden %.0f%% (of %.2fms)", serial > 0 ? 100.0 * std::max(0.0, 1.0 - exposed / serial) : 100.0,
+                      serial);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      if (!opt.checkpoint.empty()) s.save_checkpoint_now();
+    }
+    loss_sum = correct = samples = compute_ms = wait_overlapped = wait_serial = 0;
+    overlapped_steps = serial_steps = steps_done = 0;
+    epoch_start = std::chrono::steady_clock::now();
+  }
+}
+
+}  // namespace mimatrix::resnet::train

@@ -1,0 +1,65 @@
+// A run's state, by name: the parameters, the batch norms' running statistics and the
+// optimizer's momentum. A checkpoint saves it; a new group takes it from its most advanced
+// rank, so ranks that joined late, or a step that failed on some ranks only, cannot leave
+// the ranks apart.
+#pragma once
+
+#include "model/resnet.hpp"
+#include "optim/sgd.hpp"
+
+#include <mimatrix/collectives.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mimatrix::resnet::train {
+
+/// Named views of every float the run carries from step to step.
+inline std::vector<std::pair<std::string, std::span<float>>> state_of(model::resnet& net, optim::sgd& optimizer) {
+  std::vector<std::pair<std::string, std::span<float>>> s;
+  const auto& params = net.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    s.emplace_back("param/" + std::to_string(i) + "/" + params[i]->name, std::span<float>(params[i]->value.data));
+  const auto& norms = net.norms();
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    s.emplace_back("bn/" + std::to_string(i) + "/running_mean", std::span<float>(norms[i]->running_mean().data));
+    s.emplace_back("bn/" + std::to_string(i) + "/running_var", std::span<float>(norms[i]->running_var().data));
+  }
+  const auto buffers = optimizer.momentum_buffers();
+  for (std::size_t i = 0; i < buffers.size(); ++i) s.emplace_back("momentum/" + std::to_string(i), buffers[i]);
+  return s;
+}
+
+/// Every rank leaves with the state and step count of the rank that has taken the most
+/// steps (the lowest such rank): one allgather of the counts, one broadcast of the state.
+/// Returns that step count.
+template <class Collectives>
+std::int64_t take_most_advanced_state(Collectives& coll, model::resnet& net, optim::sgd& optimizer,
+                                      std::int64_t steps) {
+  const int ranks = coll.comm().size();
+  std::vector<std::int64_t> all(std::size_t(ranks), 0);
+  coll.allgather(&steps, all.data(), 1, dtype::int64).wait();
+  const auto most = std::max_element(all.begin(), all.end());
+  const int root = int(most - all.begin());
+  auto views = state_of(net, optimizer);
+  std::size_t total = 0;
+  for (const auto& [name, v] : views) total += v.size();
+  std::vector<float> flat(total);
+  float* at = flat.data();
+  for (const auto& [name, v] : views) at = std::copy(v.begin(), v.end(), at);
+  coll.broadcast(flat.data(), flat.data(), total, dtype::float32, root).wait();
+  const float* from = flat.data();
+  for (auto& [name, v] : views) {
+    std::memcpy(v.data(), from, v.size() * sizeof(float));
+    from += v.size();
+  }
+  optimizer.resume_at(*most);
+  return *most;
+}
+
+}  // namespace mimatrix::resnet::train
