@@ -4,8 +4,9 @@
 #   2. run allreduce_perf across local processes over libfabric, first shm then
 #      tcp;ofi_rxm on loopback, beside OpenMPI, Gloo and fi_pingpong in the same run
 #      (benchmark/compare), and print the ratios;
-#   3. start the job server and local workers that form a generation and allreduce
-#      through it (examples/01_job_server).
+#   3. start the job server and local workers that train ResNet-20 on Fashion-MNIST
+#      through it, with wait-free backpropagation (examples/02_resnet), and print each
+#      epoch's loss, test accuracy and images/s.
 #
 #   scripts/quickstart.sh [ranks] [sizes]      defaults: 2 ranks, "8 1M 64M"
 set -euo pipefail
@@ -17,7 +18,7 @@ sizes=${2:-"8 1M 64M"}
 scripts/setup-debian.sh
 cmake --preset default >/dev/null
 cmake --build --preset default --parallel "${MIMATRIX_JOBS:-2}" \
-  --target quickstart allreduce_perf mimatrix-run mpi_allreduce_perf gloo_allreduce_perf job_server job_worker
+  --target quickstart allreduce_perf mimatrix-run mpi_allreduce_perf gloo_allreduce_perf job_server resnet_train
 
 echo "==> in-process ranks (transport::inproc)"
 build/default/examples/00_quickstart/quickstart 4 16M
@@ -29,5 +30,6 @@ for provider in shm tcp; do
 done
 
 echo
-echo "==> the MiMatrix job server and $ranks local workers: a generation formed, allreduce steps through it"
-examples/01_job_server/run_local.sh build/default "$ranks" 50 2>&1 | grep -E "generation|step 50|done"
+echo "==> the MiMatrix job server and $ranks local workers training ResNet-20 on Fashion-MNIST (a short run)"
+examples/02_resnet/run_job.sh build/default "$ranks" --epochs 2 --steps 60 --batch 128 --test-samples 2000 2>&1 |
+  grep -E "generation|resnet_train: resnet|epoch|done"

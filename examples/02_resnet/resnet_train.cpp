@@ -16,6 +16,8 @@
 #include <mimatrix/communicator.hpp>
 #include <mimatrix/transport/fabric.hpp>
 
+#include <malloc.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,7 +27,6 @@
 #include <string>
 #include <thread>
 
-extern "C" void omp_set_num_threads(int);  // libgomp, oneDNN's runtime
 
 namespace mx = mimatrix;
 namespace rt = mimatrix::resnet::train;
@@ -148,6 +149,10 @@ int run_with_job_server(rt::session& s) {
 int main(int argc, char** argv) try {
   const rt::options opt = rt::parse_options(argc, argv);
   omp_set_num_threads(threads_for(opt));
+  // A layer's tensors are megabytes, freed and allocated again every step: keep them in
+  // the heap instead of mmap's fresh (faulted, zeroed) pages each time.
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   auto session = make_session(opt);
   if (!opt.job_server.empty()) {
 #ifdef MIMATRIX_RESNET_JOB_SERVER

@@ -4,7 +4,6 @@
 // backpropagation.
 #pragma once
 
-#include "nn/add.hpp"
 #include "nn/batch_norm.hpp"
 #include "nn/context.hpp"
 #include "nn/conv2d.hpp"
@@ -16,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -83,16 +83,29 @@ class shortcut {
   shortcut(nn::context& ctx, std::int64_t in, std::int64_t out, std::int64_t stride, std::mt19937& rng) {
     if (in != out || stride != 1) projection_.emplace(ctx, in, out, 1, stride, 0, rng);
   }
-  nn::tensor forward(const nn::tensor& x, phase p) { return projection_ ? projection_->forward(x, p) : x; }
+  /// y += shortcut(x), in place: the residual add without a copy of either.
+  void add_into(nn::tensor& y, const nn::tensor& x, phase p) {
+    if (projection_) return add(y, projection_->forward(x, p));
+    add(y, x);
+  }
   void backward_into(nn::tensor& dx, const nn::tensor& grad, const gradient_ready& ready) {
-    const nn::tensor d = projection_ ? projection_->backward(grad, ready) : grad;
-    for (std::size_t i = 0; i < dx.size(); ++i) dx.data[i] += d.data[i];
+    if (projection_) return add(dx, projection_->backward(grad, ready));
+    add(dx, grad);
   }
   void collect(parts& into) {
     if (projection_) projection_->collect(into);
   }
 
  private:
+  static void add(nn::tensor& into, const nn::tensor& other) {
+    if (into.shape != other.shape) throw std::invalid_argument("residual add: the shapes differ");
+    float* a = into.data.data();
+    const float* b = other.data.data();
+    const auto n = std::int64_t(into.size());
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
+  }
+
   std::optional<conv_bn> projection_;
 };
 
@@ -107,7 +120,9 @@ class basic_block final : public block {
 
   nn::tensor forward(const nn::tensor& x, phase p) override {
     const nn::tensor h = relu_a_.forward(a_.forward(x, p));
-    return relu_out_.forward(nn::add::forward(b_.forward(h, p), shortcut_.forward(x, p)));
+    nn::tensor y = b_.forward(h, p);
+    shortcut_.add_into(y, x, p);
+    return relu_out_.forward(y);
   }
   nn::tensor backward(const nn::tensor& grad, const gradient_ready& ready) override {
     const nn::tensor g = relu_out_.backward(grad);
@@ -140,7 +155,9 @@ class bottleneck final : public block {
 
   nn::tensor forward(const nn::tensor& x, phase p) override {
     const nn::tensor h = relu_b_.forward(b_.forward(relu_a_.forward(a_.forward(x, p)), p));
-    return relu_out_.forward(nn::add::forward(c_.forward(h, p), shortcut_.forward(x, p)));
+    nn::tensor y = c_.forward(h, p);
+    shortcut_.add_into(y, x, p);
+    return relu_out_.forward(y);
   }
   nn::tensor backward(const nn::tensor& grad, const gradient_ready& ready) override {
     const nn::tensor g = relu_out_.backward(grad);

@@ -87,41 +87,50 @@ class batch_norm {
   // within a plane, double across planes.
   tensor forward_training() {
     const auto n = input_.dim(0), channels = input_.dim(1), plane = input_.dim(2) * input_.dim(3);
+    const float* in = input_.data.data();
     std::vector<double> sums(static_cast<std::size_t>(channels + 1), 0.0);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const float* x = input_.data.data() + (i * channels + c) * plane;
+    each_channel(channels, [&](std::int64_t c) {
+      double sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* x = in + (i * channels + c) * plane;
         float s = 0;
 #pragma omp simd reduction(+ : s)
         for (std::int64_t k = 0; k < plane; ++k) s += x[k];
-        sums[std::size_t(c)] += s;
+        sum += s;
       }
+      sums[std::size_t(c)] = sum;
+    });
     sums.back() = static_cast<double>(n * plane);
     if (reduce_) reduce_(sums);
     count_ = sums.back();
     for (std::int64_t c = 0; c < channels; ++c) mean_.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(c)] / count_);
     sums.assign(static_cast<std::size_t>(channels), 0.0);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const float* x = input_.data.data() + (i * channels + c) * plane;
-        const float mean = mean_.data[std::size_t(c)];
+    each_channel(channels, [&](std::int64_t c) {
+      const float mean = mean_.data[std::size_t(c)];
+      double sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* x = in + (i * channels + c) * plane;
         float q = 0;
 #pragma omp simd reduction(+ : q)
         for (std::int64_t k = 0; k < plane; ++k) q += (x[k] - mean) * (x[k] - mean);
-        sums[std::size_t(c)] += q;
+        sum += q;
       }
+      sums[std::size_t(c)] = sum;
+    });
     if (reduce_) reduce_(sums);
     for (std::int64_t c = 0; c < channels; ++c) variance_.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(c)] / count_);
     tensor output(input_.shape);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
-        const float scale = gamma_.value.data[std::size_t(c)] * invstd, shift = beta_.value.data[std::size_t(c)];
-        const float* x = input_.data.data() + (i * channels + c) * plane;
-        float* y = output.data.data() + (i * channels + c) * plane;
+    float* out = output.data.data();
+    each_channel(channels, [&](std::int64_t c) {
+      const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
+      const float scale = gamma_.value.data[std::size_t(c)] * invstd, shift = beta_.value.data[std::size_t(c)];
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* x = in + (i * channels + c) * plane;
+        float* y = out + (i * channels + c) * plane;
 #pragma omp simd
         for (std::int64_t k = 0; k < plane; ++k) y[k] = (x[k] - mean) * scale + shift;
       }
+    });
     update_running(count_);
     return output;
   }
@@ -131,38 +140,54 @@ class batch_norm {
   // (the trainer sums them).
   tensor backward_training(const tensor& grad_output) {
     const auto n = input_.dim(0), channels = input_.dim(1), plane = input_.dim(2) * input_.dim(3);
+    const float* in = input_.data.data();
+    const float* d_out = grad_output.data.data();
     std::vector<double> sums(static_cast<std::size_t>(2 * channels), 0.0);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
-        const float* x = input_.data.data() + (i * channels + c) * plane;
-        const float* dy = grad_output.data.data() + (i * channels + c) * plane;
+    each_channel(channels, [&](std::int64_t c) {
+      const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* x = in + (i * channels + c) * plane;
+        const float* dy = d_out + (i * channels + c) * plane;
         float s = 0, p = 0;
 #pragma omp simd reduction(+ : s, p)
         for (std::int64_t k = 0; k < plane; ++k) s += dy[k], p += dy[k] * (x[k] - mean);
-        sums[std::size_t(c)] += s;
-        sums[std::size_t(channels + c)] += double(p) * invstd;
+        sum_dy += s;
+        sum_dy_xhat += double(p) * invstd;
       }
+      sums[std::size_t(c)] = sum_dy;
+      sums[std::size_t(channels + c)] = sum_dy_xhat;
+    });
     for (std::int64_t c = 0; c < channels; ++c) {
       beta_.grad.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(c)]);
       gamma_.grad.data[std::size_t(c)] = static_cast<float>(sums[std::size_t(channels + c)]);
     }
     if (reduce_) reduce_(sums);
     tensor grad_input(input_.shape);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t c = 0; c < channels; ++c) {
-        const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
-        const auto dy_mean = static_cast<float>(sums[std::size_t(c)] / count_);
-        const auto dy_xhat_mean = static_cast<float>(sums[std::size_t(channels + c)] / count_);
-        const float scale = gamma_.value.data[std::size_t(c)] * invstd;
-        const float* x = input_.data.data() + (i * channels + c) * plane;
-        const float* dy = grad_output.data.data() + (i * channels + c) * plane;
-        float* dx = grad_input.data.data() + (i * channels + c) * plane;
+    float* d_in = grad_input.data.data();
+    each_channel(channels, [&](std::int64_t c) {
+      const float mean = mean_.data[std::size_t(c)], invstd = 1.0f / std::sqrt(variance_.data[std::size_t(c)] + epsilon_);
+      const auto dy_mean = static_cast<float>(sums[std::size_t(c)] / count_);
+      const auto dy_xhat_mean = static_cast<float>(sums[std::size_t(channels + c)] / count_);
+      const float scale = gamma_.value.data[std::size_t(c)] * invstd;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* x = in + (i * channels + c) * plane;
+        const float* dy = d_out + (i * channels + c) * plane;
+        float* dx = d_in + (i * channels + c) * plane;
 #pragma omp simd
         for (std::int64_t k = 0; k < plane; ++k)
           dx[k] = scale * (dy[k] - dy_mean - (x[k] - mean) * invstd * dy_xhat_mean);
       }
+    });
     return grad_input;
+  }
+
+  // Channels are independent: each is one thread's (oneDNN's OpenMP threads), its sums in
+  // one order whatever the thread count, so results do not depend on it.
+  template <class Body>
+  static void each_channel(std::int64_t channels, const Body& body) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t c = 0; c < channels; ++c) body(c);
   }
 
   struct primitives {

@@ -10,6 +10,7 @@
 #include <mimatrix/transport/inproc.hpp>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +20,6 @@
 #include <span>
 #include <vector>
 
-extern "C" void omp_set_num_threads(int);  // libgomp, oneDNN's runtime
 
 namespace {
 

@@ -36,6 +36,7 @@ struct options {
   std::int64_t test_samples = 0;  // 0: the whole test set
   std::string checkpoint;         // saved at every epoch's end by rank 0
   bool resume = false;            // start from the checkpoint when it exists
+  std::int64_t stop_after = 0;    // end after this many epochs of this run (0: at the last)
   int threads = 0;                // oneDNN's threads a rank (0: cores / local ranks)
   std::string job_server;         // host:port: take ranks, batches and recovery from it
   std::int64_t log_every = 0;     // a progress line every n steps (0: per epoch only)
@@ -49,7 +50,8 @@ inline void print_usage() {
       "             [--schedule onecycle|cosine|step|constant] [--warmup-epochs 0] [--seed 1] [--no-augment]\n"
       "             [--bucket-kib 1024] [--no-overlap] [--progress thread|caller] [--measure-every 16]\n"
       "             [--sync-bn] [--sfb auto|on|off] [--no-eval] [--test-samples N]\n"
-      "             [--checkpoint FILE [--resume]] [--threads N] [--job-server HOST:PORT] [--log-every N]\n"
+      "             [--checkpoint FILE [--resume]] [--stop-after EPOCHS] [--threads N] [--job-server HOST:PORT]\n"
+      "             [--log-every N]\n"
       "Ranks: alone, under mimatrix-run/torchrun/srun (RANK, WORLD_SIZE, ...), or from the job server\n"
       "(--job-server; secret in MIMATRIX_JOB_SECRET).\n");
 }
@@ -96,6 +98,7 @@ inline options parse_options(int argc, char** argv) {
     else if (a == "--test-samples") o.test_samples = std::stoll(value());
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--resume") o.resume = true;
+    else if (a == "--stop-after") o.stop_after = std::stoll(value());
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--job-server") o.job_server = value();
     else if (a == "--log-every") o.log_every = std::stoll(value());

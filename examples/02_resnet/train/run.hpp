@@ -153,9 +153,9 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
   std::int64_t order_epoch = -1;
 
   // An epoch's figures, from its first step in this group.
-  double loss_sum = 0, correct = 0, samples = 0, compute_ms = 0;
+  double loss_sum = 0, correct = 0, samples = 0, compute_ms = 0, train_seconds = 0;
   double wait_overlapped = 0, wait_serial = 0;
-  std::int64_t overlapped_steps = 0, serial_steps = 0, steps_done = 0;
+  std::int64_t overlapped_steps = 0, serial_steps = 0, steps_done = 0, epochs_run = 0;
   auto epoch_start = std::chrono::steady_clock::now();
 
   while (s.step < s.total_steps) {
@@ -174,7 +174,9 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
     // against it (the same buckets and sums, so the same result).
     const bool measure = opt.overlap && ranks > 1 && opt.measure_every > 0 && s.step % opt.measure_every == opt.measure_every - 1;
     dp.set_overlap(opt.overlap && !measure);
+    const auto step_start = std::chrono::steady_clock::now();
     const step_statistics st = dp.step(images, batch.labels, std::uint64_t(global), float(s.schedule(s.step)));
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     images.data.swap(batch.images);  // its buffer serves the next batch
     ++s.step;
     ++steps_done;
@@ -191,10 +193,13 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
 
     if (s.step % s.steps_per_epoch != 0 && s.step != s.total_steps) continue;
     // The epoch's end: its figures over every rank, the test accuracy, a checkpoint.
+    // images/s counts the training steps (forward, backward, allreduces, optimizer; not the
+    // batches' assembly, as PyTorch's anchor counts); time is the epoch's, the test's included.
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     double sums[3] = {loss_sum, correct, samples};
     coll.allreduce(sums, sums, 3, dtype::float64, reduce::op_kind::sum).wait();
     double test_correct[2] = {0, 0};
+    const auto eval_start = std::chrono::steady_clock::now();
     if (opt.eval) {
       const std::uint64_t n = opt.test_samples ? std::min<std::uint64_t>(std::uint64_t(opt.test_samples), s.test_set.count)
                                                : s.test_set.count;
@@ -214,6 +219,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
       test_correct[1] = double(n);
       coll.allreduce(test_correct, test_correct, 1, dtype::float64, reduce::op_kind::sum).wait();
     }
+    const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
     if (rank == 0) {
       const double exposed = overlapped_steps ? wait_overlapped / double(overlapped_steps) : 0;
       const double serial = serial_steps ? wait_serial / double(serial_steps) : 0;
@@ -221,7 +227,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
       if (opt.eval) std::snprintf(test_text, sizeof test_text, "%.2f%%", 100.0 * test_correct[0] / test_correct[1]);
       std::printf("epoch %lld/%lld: loss %.4f train-acc %.2f%% test-acc %s images/s %.1f time %.1fs", 
                   static_cast<long long>(epoch + 1), static_cast<long long>(opt.epochs), sums[0] / sums[2],
-                  100.0 * sums[1] / sums[2], test_text, double(steps_done * global) / seconds, seconds);
+                  100.0 * sums[1] / sums[2], test_text, double(steps_done * global) / train_seconds, seconds + eval_seconds);
       if (ranks > 1) {
         std::printf(" grad-wait %.2fms/step", opt.overlap ? exposed : serial);
         if (opt.overlap && serial_steps && overlapped_steps)
@@ -232,7 +238,8 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
       std::fflush(stdout);
       if (!opt.checkpoint.empty()) s.save_checkpoint_now();
     }
-    loss_sum = correct = samples = compute_ms = wait_overlapped = wait_serial = 0;
+    if (opt.stop_after > 0 && ++epochs_run == opt.stop_after) break;
+    loss_sum = correct = samples = compute_ms = wait_overlapped = wait_serial = train_seconds = 0;
     overlapped_steps = serial_steps = steps_done = 0;
     epoch_start = std::chrono::steady_clock::now();
   }
