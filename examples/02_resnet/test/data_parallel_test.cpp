@@ -204,3 +204,26 @@ TEST(state, a_new_group_takes_the_most_advanced_ranks_state) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(state, running_statistics_are_averaged_over_the_ranks) {
+  mx::transport::run_inproc(2, [](int rank, inproc::world& world) {
+    mx::communicator<inproc> comm(world, rank);
+    mx::collectives<inproc> coll(comm);
+    rn::nn::context ctx;
+    std::mt19937 rng(1);
+    rn::model::resnet net(ctx, rn::model::architecture_named("resnet20"), 1, 10, rng);
+    for (auto* bn : net.norms()) {
+      std::fill(bn->running_mean().data.begin(), bn->running_mean().data.end(), float(rank));
+      std::fill(bn->running_var().data.begin(), bn->running_var().data.end(), float(2 + 2 * rank));
+    }
+    rn::train::average_running_statistics(coll, net);
+    for (auto* bn : net.norms()) {
+      for (float m : bn->running_mean().data) EXPECT_EQ(m, 0.5f);
+      for (float v : bn->running_var().data) EXPECT_EQ(v, 3.0f);
+    }
+  });
+}
+
+}  // namespace

@@ -35,6 +35,25 @@ inline std::vector<std::pair<std::string, std::span<float>>> state_of(model::res
   return s;
 }
 
+/// Averages the batch norms' running statistics over the ranks (DDP keeps one rank's; the
+/// mean of all is as cheap and uses every rank's batches): with local statistics each rank's
+/// drift apart, and a test or a checkpoint must see one model.
+template <class Collectives>
+void average_running_statistics(Collectives& coll, model::resnet& net) {
+  std::vector<float> flat;
+  for (nn::batch_norm* bn : net.norms()) {
+    flat.insert(flat.end(), bn->running_mean().data.begin(), bn->running_mean().data.end());
+    flat.insert(flat.end(), bn->running_var().data.begin(), bn->running_var().data.end());
+  }
+  coll.allreduce(flat.data(), flat.data(), flat.size(), dtype::float32, reduce::op_kind::avg).wait();
+  const float* from = flat.data();
+  for (nn::batch_norm* bn : net.norms())
+    for (nn::tensor* t : {&bn->running_mean(), &bn->running_var()}) {
+      std::copy(from, from + t->size(), t->data.begin());
+      from += t->size();
+    }
+}
+
 /// Every rank leaves with the state and step count of the rank that has taken the most
 /// steps (the lowest such rank): one allgather of the counts, one broadcast of the state.
 /// Returns that step count.
