@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace mimatrix::resnet::nn_cuda {
