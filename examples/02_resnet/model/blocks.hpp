@@ -1,21 +1,15 @@
-// ResNet building blocks over the nn layers: convolution + batch norm, the basic block
-// (two 3x3 convolutions) and the bottleneck (1x1, 3x3, 1x1 x4), each with its shortcut.
-// Backward reports every parameter the moment its gradient is final, for wait-free
-// backpropagation.
+// ResNet building blocks over a layer set (layers.hpp or cuda_layers.hpp): convolution + batch
+// norm, the basic block (two 3x3 convolutions) and the bottleneck (1x1, 3x3, 1x1 x4), each
+// with its shortcut. Backward reports every parameter the moment its gradient is final, for
+// wait-free backpropagation.
 #pragma once
 
-#include "nn/batch_norm.hpp"
-#include "nn/context.hpp"
-#include "nn/conv2d.hpp"
-#include "nn/relu.hpp"
-#include "nn/tensor.hpp"
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,150 +17,161 @@ namespace mimatrix::resnet::model {
 
 /// Called with each parameter as soon as backward has written its gradient, in the same
 /// order on every rank (a trainer starts the gradient's allreduce there).
-using gradient_ready = std::function<void(nn::parameter&)>;
+template <class Layers>
+using gradient_ready_for = std::function<void(typename Layers::parameter&)>;
 
 /// What forward computes: training (batch statistics, kept for backward) or evaluation.
 enum class phase { train, eval };
 
 /// A block's parameters, in forward order, and the batch norms (their running statistics
 /// are state a checkpoint keeps; synchronized batch norm is set on them).
+template <class Layers>
 struct parts {
-  std::vector<nn::parameter*> parameters;
-  std::vector<nn::batch_norm*> norms;
+  std::vector<typename Layers::parameter*> parameters;
+  std::vector<typename Layers::batch_norm*> norms;
 };
 
 // @par Thread Safety: as its context (one thread at a time); so is every type below.
+template <class Layers>
 class conv_bn {
  public:
-  conv_bn(nn::context& ctx, std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+  using context = typename Layers::context;
+  using tensor = typename Layers::tensor;
+
+  conv_bn(context& ctx, std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
           std::int64_t padding, std::mt19937& rng)
       : conv_(ctx, in, out, kernel, stride, padding, rng), bn_(ctx, out) {}
 
-  nn::tensor forward(const nn::tensor& x, phase p) {
-    const nn::tensor y = conv_.forward(x);
+  tensor forward(const tensor& x, phase p) {
+    const tensor y = conv_.forward(x);
     return p == phase::train ? bn_.forward(y) : bn_.infer(y);
   }
-  nn::tensor backward(const nn::tensor& grad, const gradient_ready& ready) {
-    const nn::tensor g = bn_.backward(grad);
+  tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) {
+    const tensor g = bn_.backward(grad);
     ready(bn_.gamma());
     ready(bn_.beta());
-    nn::tensor dx = conv_.backward(g);
+    tensor dx = conv_.backward(g);
     ready(conv_.weight());
     return dx;
   }
-  void collect(parts& into) {
+  void collect(parts<Layers>& into) {
     into.parameters.insert(into.parameters.end(), {&conv_.weight(), &bn_.gamma(), &bn_.beta()});
     into.norms.push_back(&bn_);
   }
-  [[nodiscard]] nn::batch_norm& norm() { return bn_; }
+  [[nodiscard]] typename Layers::batch_norm& norm() { return bn_; }
 
  private:
-  nn::conv2d conv_;
-  nn::batch_norm bn_;
+  typename Layers::conv2d conv_;
+  typename Layers::batch_norm bn_;
 };
 
 /// A residual block: forward, backward reporting gradients, and its parts.
+template <class Layers>
 class block {
  public:
+  using tensor = typename Layers::tensor;
   virtual ~block() = default;
-  virtual nn::tensor forward(const nn::tensor& x, phase p) = 0;
-  virtual nn::tensor backward(const nn::tensor& grad, const gradient_ready& ready) = 0;
-  virtual void collect(parts& into) = 0;
+  virtual tensor forward(const tensor& x, phase p) = 0;
+  virtual tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) = 0;
+  virtual void collect(parts<Layers>& into) = 0;
 };
 
 namespace detail {
 
 // The shortcut: identity when the shape is kept, else a strided 1x1 convolution and batch
 // norm (He et al.'s option B). Adds its gradient into the main path's.
+template <class Layers>
 class shortcut {
  public:
-  shortcut(nn::context& ctx, std::int64_t in, std::int64_t out, std::int64_t stride, std::mt19937& rng) {
+  using context = typename Layers::context;
+  using tensor = typename Layers::tensor;
+
+  shortcut(context& ctx, std::int64_t in, std::int64_t out, std::int64_t stride, std::mt19937& rng) : ctx_(ctx) {
     if (in != out || stride != 1) projection_.emplace(ctx, in, out, 1, stride, 0, rng);
   }
   /// y += shortcut(x), in place: the residual add without a copy of either.
-  void add_into(nn::tensor& y, const nn::tensor& x, phase p) {
-    if (projection_) return add(y, projection_->forward(x, p));
-    add(y, x);
+  void add_into(tensor& y, const tensor& x, phase p) {
+    if (projection_) return Layers::accumulate(ctx_, y, projection_->forward(x, p));
+    Layers::accumulate(ctx_, y, x);
   }
-  void backward_into(nn::tensor& dx, const nn::tensor& grad, const gradient_ready& ready) {
-    if (projection_) return add(dx, projection_->backward(grad, ready));
-    add(dx, grad);
+  void backward_into(tensor& dx, const tensor& grad, const gradient_ready_for<Layers>& ready) {
+    if (projection_) return Layers::accumulate(ctx_, dx, projection_->backward(grad, ready));
+    Layers::accumulate(ctx_, dx, grad);
   }
-  void collect(parts& into) {
+  void collect(parts<Layers>& into) {
     if (projection_) projection_->collect(into);
   }
 
  private:
-  static void add(nn::tensor& into, const nn::tensor& other) {
-    if (into.shape != other.shape) throw std::invalid_argument("residual add: the shapes differ");
-    float* a = into.data.data();
-    const float* b = other.data.data();
-    const auto n = std::int64_t(into.size());
-#pragma omp parallel for simd schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
-  }
-
-  std::optional<conv_bn> projection_;
+  context& ctx_;
+  std::optional<conv_bn<Layers>> projection_;
 };
 
 }  // namespace detail
 
 /// 3x3 (stride s) -> BN -> ReLU -> 3x3 -> BN, plus the shortcut, then ReLU.
-class basic_block final : public block {
+template <class Layers>
+class basic_block final : public block<Layers> {
  public:
-  basic_block(nn::context& ctx, std::int64_t in, std::int64_t out, std::int64_t stride, std::mt19937& rng)
+  using context = typename Layers::context;
+  using tensor = typename Layers::tensor;
+
+  basic_block(context& ctx, std::int64_t in, std::int64_t out, std::int64_t stride, std::mt19937& rng)
       : a_(ctx, in, out, 3, stride, 1, rng), b_(ctx, out, out, 3, 1, 1, rng), shortcut_(ctx, in, out, stride, rng),
         relu_a_(ctx), relu_out_(ctx) {}
 
-  nn::tensor forward(const nn::tensor& x, phase p) override {
-    const nn::tensor h = relu_a_.forward(a_.forward(x, p));
-    nn::tensor y = b_.forward(h, p);
+  tensor forward(const tensor& x, phase p) override {
+    const tensor h = relu_a_.forward(a_.forward(x, p));
+    tensor y = b_.forward(h, p);
     shortcut_.add_into(y, x, p);
     return relu_out_.forward(y);
   }
-  nn::tensor backward(const nn::tensor& grad, const gradient_ready& ready) override {
-    const nn::tensor g = relu_out_.backward(grad);
-    nn::tensor dx = a_.backward(relu_a_.backward(b_.backward(g, ready)), ready);
+  tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) override {
+    const tensor g = relu_out_.backward(grad);
+    tensor dx = a_.backward(relu_a_.backward(b_.backward(g, ready)), ready);
     shortcut_.backward_into(dx, g, ready);
     return dx;
   }
-  void collect(parts& into) override {
+  void collect(parts<Layers>& into) override {
     a_.collect(into);
     b_.collect(into);
     shortcut_.collect(into);
   }
 
  private:
-  conv_bn a_, b_;
-  detail::shortcut shortcut_;
-  nn::relu relu_a_, relu_out_;
+  conv_bn<Layers> a_, b_;
+  detail::shortcut<Layers> shortcut_;
+  typename Layers::relu relu_a_, relu_out_;
 };
 
 /// 1x1 -> BN -> ReLU -> 3x3 (stride s) -> BN -> ReLU -> 1x1 (x4 channels) -> BN, plus the
 /// shortcut, then ReLU (ResNet-50's, the stride on the 3x3 as torchvision's v1.5).
-class bottleneck final : public block {
+template <class Layers>
+class bottleneck final : public block<Layers> {
  public:
+  using context = typename Layers::context;
+  using tensor = typename Layers::tensor;
   static constexpr std::int64_t expansion = 4;
 
-  bottleneck(nn::context& ctx, std::int64_t in, std::int64_t width, std::int64_t stride, std::mt19937& rng)
+  bottleneck(context& ctx, std::int64_t in, std::int64_t width, std::int64_t stride, std::mt19937& rng)
       : a_(ctx, in, width, 1, 1, 0, rng), b_(ctx, width, width, 3, stride, 1, rng),
         c_(ctx, width, width * expansion, 1, 1, 0, rng), shortcut_(ctx, in, width * expansion, stride, rng),
         relu_a_(ctx), relu_b_(ctx), relu_out_(ctx) {}
 
-  nn::tensor forward(const nn::tensor& x, phase p) override {
-    const nn::tensor h = relu_b_.forward(b_.forward(relu_a_.forward(a_.forward(x, p)), p));
-    nn::tensor y = c_.forward(h, p);
+  tensor forward(const tensor& x, phase p) override {
+    const tensor h = relu_b_.forward(b_.forward(relu_a_.forward(a_.forward(x, p)), p));
+    tensor y = c_.forward(h, p);
     shortcut_.add_into(y, x, p);
     return relu_out_.forward(y);
   }
-  nn::tensor backward(const nn::tensor& grad, const gradient_ready& ready) override {
-    const nn::tensor g = relu_out_.backward(grad);
-    const nn::tensor dh = relu_b_.backward(c_.backward(g, ready));
-    nn::tensor dx = a_.backward(relu_a_.backward(b_.backward(dh, ready)), ready);
+  tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) override {
+    const tensor g = relu_out_.backward(grad);
+    const tensor dh = relu_b_.backward(c_.backward(g, ready));
+    tensor dx = a_.backward(relu_a_.backward(b_.backward(dh, ready)), ready);
     shortcut_.backward_into(dx, g, ready);
     return dx;
   }
-  void collect(parts& into) override {
+  void collect(parts<Layers>& into) override {
     a_.collect(into);
     b_.collect(into);
     c_.collect(into);
@@ -174,9 +179,9 @@ class bottleneck final : public block {
   }
 
  private:
-  conv_bn a_, b_, c_;
-  detail::shortcut shortcut_;
-  nn::relu relu_a_, relu_b_, relu_out_;
+  conv_bn<Layers> a_, b_, c_;
+  detail::shortcut<Layers> shortcut_;
+  typename Layers::relu relu_a_, relu_b_, relu_out_;
 };
 
 }  // namespace mimatrix::resnet::model
