@@ -26,7 +26,7 @@ struct options {
   std::int64_t warmup_epochs = 0;
   std::uint64_t seed = 1;
   bool augment = true;
-  std::size_t bucket_kib = 1024;  // wait-free backpropagation's bucket size
+  std::size_t bucket_kib = 0;     // wait-free backpropagation's bucket size (0: a 16th of the gradients)
   bool overlap = true;            // wait-free backpropagation (false: allreduce after backward)
   bool progress_thread = true;    // drive the collectives while backward computes
   std::int64_t measure_every = 16;  // every n-th step runs without overlap, to measure what it hides
@@ -48,7 +48,7 @@ inline void print_usage() {
       "             [--epochs 30] [--steps N] [--batch 128] [--lr 0.1] [--lr-reference-batch 128]\n"
       "             [--momentum 0.9] [--nesterov|--no-nesterov] [--weight-decay 5e-4]\n"
       "             [--schedule onecycle|cosine|step|constant] [--warmup-epochs 0] [--seed 1] [--no-augment]\n"
-      "             [--bucket-kib 1024] [--no-overlap] [--progress thread|caller] [--measure-every 16]\n"
+      "             [--bucket-kib 0=auto] [--no-overlap] [--progress thread|caller] [--measure-every 16]\n"
       "             [--sync-bn] [--sfb auto|on|off] [--no-eval] [--test-samples N]\n"
       "             [--checkpoint FILE [--resume]] [--stop-after EPOCHS] [--threads N] [--job-server HOST:PORT]\n"
       "             [--log-every N]\n"
