@@ -227,3 +227,33 @@ TEST(state, running_statistics_are_averaged_over_the_ranks) {
 }
 
 }  // namespace
+
+namespace {
+
+// The network outlives a group (the job server's next generation may be one rank): its
+// batch norms must not call a reducer over the group's gone collectives.
+TEST(data_parallel, a_network_outlives_its_groups_synchronized_batch_norm) {
+  mx::transport::run_inproc(2, [](int rank, inproc::world& world) {
+    omp_set_num_threads(1);
+    rn::nn::context ctx;
+    std::mt19937 rng(3);
+    rn::model::resnet net(ctx, rn::model::architecture_named("resnet20"), 1, 10, rng);
+    rn::optim::sgd sgd(net.parameters(), {});
+    rn::nn::tensor images({2, 1, side, side});
+    for (std::size_t i = 0; i < images.size(); ++i) images.data[i] = float(i % 7) - 3.0f;
+    const std::vector<std::uint8_t> labels{1, 2};
+    {
+      mx::communicator<inproc> comm(world, rank);
+      mx::collectives<inproc> coll(comm);
+      rn::train::data_parallel_settings settings;
+      settings.synchronized_batch_norm = true;
+      rn::train::data_parallel<inproc> dp(coll, net, sgd, settings, 2);
+      (void)dp.step(images, labels, 4, 0.01f);
+    }
+    // Alone now: local statistics, no call to the group that is gone.
+    const auto logits = net.forward(images, rn::model::phase::train);
+    EXPECT_EQ(logits.dim(0), 2);
+  });
+}
+
+}  // namespace

@@ -51,17 +51,27 @@ class data_parallel {
                 std::int64_t local_batch)
       : coll_(coll), net_(net), optimizer_(optimizer), settings_(settings),
         buckets_(coll, settings.wait_free), ranks_(coll.comm().size()) {
-    if (settings.synchronized_batch_norm && ranks_ > 1)
-      for (nn::batch_norm* bn : net.norms())
-        bn->synchronize_with([&coll](std::span<double> sums) {
-          coll.allreduce(sums.data(), sums.data(), sums.size(), dtype::float64, reduce::op_kind::sum).wait();
-        });
+    for (nn::batch_norm* bn : net.norms())
+      bn->synchronize_with(!(settings.synchronized_batch_norm && ranks_ > 1)
+                               ? nn::batch_norm::statistics_reducer{}
+                               : [&coll](std::span<double> sums) {
+                                   coll.allreduce(sums.data(), sums.data(), sums.size(), dtype::float64,
+                                                  reduce::op_kind::sum)
+                                       .wait();
+                                 });
     if (settings.sufficient_factors && ranks_ > 1) {
       const auto& w = net.head().weight().value;
       factors_.emplace(coll, mimatrix::fully_connected_shape{std::size_t(w.dim(0)), std::size_t(w.dim(1)),
                                                              std::size_t(local_batch)});
     }
   }
+
+  // The network outlives this group: its batch norms must not keep a reducer of it.
+  ~data_parallel() {
+    for (nn::batch_norm* bn : net_.norms()) bn->synchronize_with({});
+  }
+  data_parallel(const data_parallel&) = delete;
+  data_parallel& operator=(const data_parallel&) = delete;
 
   /// One step on this rank's samples of a global batch of `global_batch` (the sum of every
   /// rank's). The loss is the global batch's mean, so ranks with more samples weigh more.

@@ -198,9 +198,11 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
         wait_serial += st.wait_ms, ++serial_steps;
     }
     if (on_step) on_step({s.step, local_batch, st});
-    if (opt.log_every > 0 && s.step % opt.log_every == 0 && rank == 0)
+    if (opt.log_every > 0 && s.step % opt.log_every == 0 && rank == 0) {
       std::printf("  step %lld/%lld: loss %.4f lr %.4f\n", static_cast<long long>(s.step),
                   static_cast<long long>(s.total_steps), st.loss_sum / double(st.samples), s.schedule(s.step - 1));
+      std::fflush(stdout);
+    }
 
     if (s.step % s.steps_per_epoch != 0 && s.step != s.total_steps) continue;
     // The epoch's end: its figures over every rank, the test accuracy, a checkpoint.
