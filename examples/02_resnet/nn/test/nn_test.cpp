@@ -10,6 +10,8 @@
 #include "nn/softmax_cross_entropy.hpp"
 #include "nn/tensor.hpp"
 
+#include "test/gradient_check.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,23 +53,9 @@ class nn_test : public testing::Test {
     return sum;
   }
 
-  // max |central difference - analytic| / max |analytic| over every entry of x, for the
-  // scalar loss(); x is perturbed in place and restored.
   static double gradient_error(const std::function<double()>& loss, std::vector<float>& x,
                                const std::vector<float>& analytic) {
-    double worst = 0, scale = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const float saved = x[i];
-      x[i] = saved + step;
-      const double plus = loss();
-      x[i] = saved - step;
-      const double minus = loss();
-      x[i] = saved;
-      const double numeric = (plus - minus) / (2.0 * double{step});
-      worst = std::max(worst, std::abs(numeric - analytic[i]));
-      scale = std::max(scale, std::abs(double{analytic[i]}));
-    }
-    return worst / std::max(scale, 1e-12);
+    return mimatrix::resnet::test::gradient_error(loss, x, analytic, step);
   }
 
   static void expect_gradient(const std::string& what, double error) {
