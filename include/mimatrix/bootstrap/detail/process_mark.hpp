@@ -3,14 +3,14 @@
 // deadline (a shared-memory provider never reports a dead peer by itself).
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <fstream>
-#include <istream>
-#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -57,9 +57,9 @@ struct process_mark {
   /// Whether the process has ended (its pid is gone, a zombie, or another process's now),
   /// is stopped (SIGSTOP, a debugger), or runs (or cannot be read: the deadline holds).
   status state() const {
-    std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
-    if (!file) return status::ended;
-    const auto s = parse(file);
+    const auto text = stat_text(pid);
+    if (!text) return status::ended;
+    const auto s = parse(*text);
     if (!s) return status::running;
     if (s->state == 'Z' || s->state == 'X' || s->state == 'x' || s->started != started) return status::ended;
     return s->state == 'T' || s->state == 't' ? status::stopped : status::running;
@@ -71,10 +71,31 @@ struct process_mark {
     char state;             // field 3
     std::uint64_t started;  // field 22, starttime
   };
+  /// The text of /proc/<pid>/stat; none when the process is gone: the file does not open,
+  /// or the process exited between open and read, which then fails with ESRCH (a stream
+  /// would throw from its buffer there). Another read error gives empty text.
+  static std::optional<std::string> stat_text(long pid) {
+    const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    std::string text;
+    std::array<char, 512> buffer{};
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+      if (n > 0) {
+        text.append(buffer.data(), std::size_t(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      const int error = n < 0 ? errno : 0;
+      ::close(fd);
+      if (error == ESRCH) return std::nullopt;
+      return error ? std::string() : text;
+    }
+  }
   /// /proc/<pid>/stat's fields; none when unreadable. The command name (field 2) may
   /// hold spaces and parentheses: the fields start after its last ')'.
-  static std::optional<stat_fields> parse(std::istream& file) {
-    const std::string line((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  static std::optional<stat_fields> parse(const std::string& line) {
     const auto close = line.rfind(')');
     if (close == std::string::npos || close + 2 > line.size()) return std::nullopt;
     std::istringstream in(line.substr(close + 2));
@@ -86,8 +107,8 @@ struct process_mark {
     return f;
   }
   static std::optional<std::uint64_t> start_of(long pid) {
-    std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
-    const auto s = parse(file);
+    const auto text = stat_text(pid);
+    const auto s = text ? parse(*text) : std::nullopt;
     return s && s->started ? std::optional(s->started) : std::nullopt;
   }
 };
