@@ -3,6 +3,7 @@
 // same model code runs above both.
 #pragma once
 
+#include "nn/add.hpp"
 #include "nn/batch_norm.hpp"
 #include "nn/context.hpp"
 #include "nn/conv2d.hpp"
@@ -10,9 +11,6 @@
 #include "nn/pooling.hpp"
 #include "nn/relu.hpp"
 #include "nn/tensor.hpp"
-
-#include <cstdint>
-#include <stdexcept>
 
 namespace mimatrix::resnet::model {
 
@@ -28,15 +26,7 @@ struct cpu_layers {
   using global_average_pool = nn::global_average_pool;
   using linear = nn::linear;
 
-  /// into += other, in place (the residual add without a copy).
-  static void accumulate(context&, tensor& into, const tensor& other) {
-    if (into.shape != other.shape) throw std::invalid_argument("residual add: the shapes differ");
-    float* a = into.data.data();
-    const float* b = other.data.data();
-    const auto n = std::int64_t(into.size());
-#pragma omp parallel for simd schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
-  }
+  static void accumulate(context&, tensor& into, const tensor& other) { nn::add::accumulate(into, other); }
 };
 
 }  // namespace mimatrix::resnet::model

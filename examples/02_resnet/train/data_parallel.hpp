@@ -49,7 +49,7 @@ class data_parallel {
 
   data_parallel(collectives_type& coll, model::resnet& net, optim::sgd& optimizer, data_parallel_settings settings,
                 std::int64_t local_batch)
-      : coll_(coll), net_(net), optimizer_(optimizer), settings_(settings),
+      : net_(net), optimizer_(optimizer),
         buckets_(coll, settings.wait_free), ranks_(coll.comm().size()) {
     for (nn::batch_norm* bn : net.norms())
       bn->synchronize_with(!(settings.synchronized_batch_norm && ranks_ > 1)
@@ -127,10 +127,8 @@ class data_parallel {
   void set_overlap(bool overlap) { buckets_.set_overlap(overlap); }
 
  private:
-  collectives_type& coll_;
   model::resnet& net_;
   optim::sgd& optimizer_;
-  data_parallel_settings settings_;
   gradient_buckets<collectives_type> buckets_;
   int ranks_;
   nn::softmax_cross_entropy loss_;

@@ -91,8 +91,8 @@ struct session {
     return true;
   }
 
-  void save_checkpoint_now() const {
-    auto views = state_of(const_cast<model::resnet&>(net), const_cast<optim::sgd&>(optimizer));
+  void save_checkpoint_now() {
+    auto views = state_of(net, optimizer);
     std::vector<tensor_view> tensors;
     for (const auto& [name, v] : views) tensors.push_back({name, v});
     save_checkpoint(opt.checkpoint, tensors,
@@ -159,7 +159,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
   std::int64_t order_epoch = -1;
 
   // An epoch's figures, from its first step in this group.
-  double loss_sum = 0, correct = 0, samples = 0, compute_ms = 0, train_seconds = 0;
+  double loss_sum = 0, correct = 0, samples = 0, train_seconds = 0;
   double wait_overlapped = 0, wait_serial = 0;
   std::int64_t overlapped_steps = 0, serial_steps = 0, steps_done = 0, epochs_run = 0, group_steps = 0;
   auto epoch_start = std::chrono::steady_clock::now();
@@ -189,7 +189,6 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
     loss_sum += st.loss_sum;
     correct += double(st.correct);
     samples += double(st.samples);
-    compute_ms += st.compute_ms;
     // The group's first step sets up connections and plans: not a measure of either way.
     if (++group_steps > 1) {
       if (opt.overlap && !measure)
@@ -257,7 +256,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
       if (!opt.checkpoint.empty()) s.save_checkpoint_now();
     }
     if (opt.stop_after > 0 && ++epochs_run == opt.stop_after) break;
-    loss_sum = correct = samples = compute_ms = wait_overlapped = wait_serial = train_seconds = 0;
+    loss_sum = correct = samples = wait_overlapped = wait_serial = train_seconds = 0;
     overlapped_steps = serial_steps = steps_done = 0;
     epoch_start = std::chrono::steady_clock::now();
   }

@@ -35,23 +35,40 @@ inline std::vector<std::pair<std::string, std::span<float>>> state_of(model::res
   return s;
 }
 
+namespace detail {
+
+/// Copies `views` into one buffer, lets `collective` work on it in place (one call instead
+/// of one a tensor), and copies the result back.
+template <class Collective>
+void through_one_buffer(std::span<const std::span<float>> views, Collective collective) {
+  std::size_t total = 0;
+  for (const auto& v : views) total += v.size();
+  std::vector<float> flat(total);
+  float* at = flat.data();
+  for (const auto& v : views) at = std::copy(v.begin(), v.end(), at);
+  collective(flat);
+  const float* from = flat.data();
+  for (const auto& v : views) {
+    std::memcpy(v.data(), from, v.size() * sizeof(float));
+    from += v.size();
+  }
+}
+
+}  // namespace detail
+
 /// Averages the batch norms' running statistics over the ranks (DDP keeps one rank's; the
 /// mean of all is as cheap and uses every rank's batches): with local statistics each rank's
 /// drift apart, and a test or a checkpoint must see one model.
 template <class Collectives>
 void average_running_statistics(Collectives& coll, model::resnet& net) {
-  std::vector<float> flat;
+  std::vector<std::span<float>> views;
   for (nn::batch_norm* bn : net.norms()) {
-    flat.insert(flat.end(), bn->running_mean().data.begin(), bn->running_mean().data.end());
-    flat.insert(flat.end(), bn->running_var().data.begin(), bn->running_var().data.end());
+    views.emplace_back(bn->running_mean().data);
+    views.emplace_back(bn->running_var().data);
   }
-  coll.allreduce(flat.data(), flat.data(), flat.size(), dtype::float32, reduce::op_kind::avg).wait();
-  const float* from = flat.data();
-  for (nn::batch_norm* bn : net.norms())
-    for (nn::tensor* t : {&bn->running_mean(), &bn->running_var()}) {
-      std::copy(from, from + t->size(), t->data.begin());
-      from += t->size();
-    }
+  detail::through_one_buffer(views, [&](std::vector<float>& flat) {
+    coll.allreduce(flat.data(), flat.data(), flat.size(), dtype::float32, reduce::op_kind::avg).wait();
+  });
 }
 
 /// Every rank leaves with the state and step count of the rank that has taken the most
@@ -60,23 +77,15 @@ void average_running_statistics(Collectives& coll, model::resnet& net) {
 template <class Collectives>
 std::int64_t take_most_advanced_state(Collectives& coll, model::resnet& net, optim::sgd& optimizer,
                                       std::int64_t steps) {
-  const int ranks = coll.comm().size();
-  std::vector<std::int64_t> all(std::size_t(ranks), 0);
+  std::vector<std::int64_t> all(std::size_t(coll.comm().size()), 0);
   coll.allgather(&steps, all.data(), 1, dtype::int64).wait();
   const auto most = std::max_element(all.begin(), all.end());
   const int root = int(most - all.begin());
-  auto views = state_of(net, optimizer);
-  std::size_t total = 0;
-  for (const auto& [name, v] : views) total += v.size();
-  std::vector<float> flat(total);
-  float* at = flat.data();
-  for (const auto& [name, v] : views) at = std::copy(v.begin(), v.end(), at);
-  coll.broadcast(flat.data(), flat.data(), total, dtype::float32, root).wait();
-  const float* from = flat.data();
-  for (auto& [name, v] : views) {
-    std::memcpy(v.data(), from, v.size() * sizeof(float));
-    from += v.size();
-  }
+  std::vector<std::span<float>> views;
+  for (const auto& [name, v] : state_of(net, optimizer)) views.push_back(v);
+  detail::through_one_buffer(views, [&](std::vector<float>& flat) {
+    coll.broadcast(flat.data(), flat.data(), flat.size(), dtype::float32, root).wait();
+  });
   optimizer.resume_at(*most);
   return *most;
 }

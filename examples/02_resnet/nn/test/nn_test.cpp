@@ -256,6 +256,9 @@ TEST_F(nn_test, add_gradients) {
   auto b = random_tensor(a.shape);
   const auto r = random_tensor(a.shape);
   const auto grad = add::backward(r);
+  tensor summed = a;
+  add::accumulate(summed, b);
+  EXPECT_EQ(summed.data, add::forward(a, b).data);  // in place, the same sums
   auto loss = [&] { return weighted_sum(add::forward(a, b), r); };
   expect_gradient("add a", gradient_error(loss, a.data, grad.data));
   expect_gradient("add b", gradient_error(loss, b.data, grad.data));
