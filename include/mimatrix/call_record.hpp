@@ -17,6 +17,7 @@ namespace mimatrix {
 struct call_record {
   schedule::collective kind = schedule::collective::allreduce;
   std::uint64_t sequence = 0;
+  std::uint32_t tag = 0;   // call_options::tag
   std::string algorithm;   // the schedule's ("ring", "gdraa", ...)
   dtype type = dtype::float32;
   std::size_t bytes = 0;   // nccl-tests' size: the larger of a rank's input and output

@@ -20,6 +20,7 @@
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/broadcast.hpp"
+#include "mimatrix/collectives.hpp"
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
 #include "multi_process.hpp"
@@ -195,6 +196,21 @@ MIMATRIX_SCENARIO(algorithms_disagree) {
     std::vector<int> data(1000, 1);
     return expect_error(comm, [&] { sum(data); });
   });
+}
+
+// Two buckets of one shape, tagged 1 and 2 (call_options::tag), started in opposite
+// orders on the two ranks: untagged, each rank's first call would reduce the other's
+// other bucket without a word; tagged, the signatures differ and both calls fail.
+MIMATRIX_SCENARIO(tags_disagree) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  collectives<fabric> coll(comm);
+  std::vector<int> first(1000, 1), second(1000, 2);
+  call_options one, two;
+  one.tag = comm.rank() == 0 ? 1 : 2;
+  two.tag = comm.rank() == 0 ? 2 : 1;
+  auto a = coll.allreduce(first.data(), first.data(), first.size(), dtype::int32, reduce::op_kind::sum, one);
+  return expect_error(comm, [&] { a.wait(); });
 }
 
 // Every rank names itself the root: all send and none receives (issue 16 item 7).
@@ -392,13 +408,17 @@ TEST(fabric_start_up, a_setting_that_must_agree_and_does_not_is_named_by_every_r
   }
 }
 
-// Issue 11 item 6: ranks whose code chose different algorithms timed out at the deadline;
-// now the first message that meets names the disagreement on the rank it reaches, and
-// that rank's failure reaches the others.
-TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_with_mismatch) {
+/// Runs `scenario` on 2 ranks over every provider: every rank fails at once, and over
+/// shared memory both with mismatch and one naming the disagreement (`names(line, rank)`).
+/// Over shared memory both find it in the message that meets, which carries the
+/// signature. Over tcp the first may get it as a truncated receive, whose error entry rxm
+/// leaves without the signature, and its endpoint closes: the other learns of the failure
+/// or sees it exit, at once either way.
+template <class Names>
+void expect_disagreement_named(const char* scenario, Names&& names) {
   for (const std::string& provider : test::test_providers()) {
     SCOPED_TRACE(provider);
-    const auto r = test::run_ranks(2, provider, "algorithms_disagree", {});
+    const auto r = test::run_ranks(2, provider, scenario, {});
     ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
     bool named = false;
     int mismatched = 0;
@@ -407,12 +427,8 @@ TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_
       ASSERT_FALSE(line.empty()) << test::all_output(r);
       EXPECT_LT(caught_ms(line), timeout_ms) << line;
       mismatched += line.find("CAUGHT ranks disagree on the collective") != std::string::npos;
-      named = named || line.find("with another algorithm than this rank's") != std::string::npos;
+      named = named || names(line, rank);
     }
-    // Over shared memory both find it in the message that meets, which carries the
-    // signature. Over tcp the first may get it as a truncated receive, whose error entry
-    // rxm leaves without the signature, and its endpoint closes: the other learns of
-    // the failure or sees it exit, at once either way.
     if (provider == "shm") {
       EXPECT_EQ(mismatched, 2) << test::all_output(r);
       EXPECT_TRUE(named) << test::all_output(r);
@@ -420,6 +436,24 @@ TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_
       EXPECT_GE(mismatched, 1) << test::all_output(r);
     }
   }
+}
+
+// Issue 11 item 6: ranks whose code chose different algorithms timed out at the deadline;
+// now the first message that meets names the disagreement on the rank it reaches, and
+// that rank's failure reaches the others.
+TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_with_mismatch) {
+  expect_disagreement_named("algorithms_disagree", [](const std::string& line, int) {
+    return line.find("with another algorithm or tag than this rank's") != std::string::npos;
+  });
+}
+
+// Issue 10 (per-call tag): ranks that give the same call different tags fail at once
+// with mismatch, the first message that meets naming the tag, as for algorithms.
+TEST(fabric_failure_tags, ranks_giving_a_call_different_tags_fail_at_once_with_mismatch) {
+  expect_disagreement_named("tags_disagree", [](const std::string& line, int rank) {
+    return line.find("another algorithm or tag than this rank's (algorithm '") != std::string::npos &&
+           line.find(rank == 0 ? "tag 1)" : "tag 2)") != std::string::npos;
+  });
 }
 
 // Regression (issue 16 item 7): two ranks each the root of one broadcast over shm both

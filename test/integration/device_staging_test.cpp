@@ -1,11 +1,13 @@
 // Device buffers across processes over libfabric, which moves host memory here: the
-// collectives stage the call through host copies (detail/staged_call.hpp). Exact results
-// on a host "device" whose streams run late, after a late producer queued on the stream
-// and before a consumer queued after the call, with only the stream synchronized.
+// executor runs the call on host copies (transport/host_staging.hpp) without blocking the
+// caller. Exact results on a host "device" whose streams run late, after a late producer
+// queued on the stream and before a consumer queued after the call, with only the stream
+// synchronized; and a call returns before the work queued ahead of it has run.
 #include "mimatrix/transport/fabric.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +17,7 @@
 
 #include "mimatrix/collectives.hpp"
 #include "mimatrix/device/host_port.hpp"
+#include "mimatrix/topology/mesh.hpp"
 #include "multi_process.hpp"
 
 namespace mimatrix {
@@ -24,13 +27,13 @@ using namespace std::chrono_literals;
 using transport::fabric;
 
 MIMATRIX_SCENARIO(staged_collectives) {
+  device::host_port dev({.lag = 100us});  // before the communicator: its own streams on it go first
   communicator<fabric> comm;
   comm.set_timeout(30s);
   collectives<fabric> coll(comm);
   const int p = comm.size(), r = comm.rank();
-  device::host_port dev({.lag = 100us});
   const device::stream s{&dev, dev.make_stream()};
-  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s};
+  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
   int wrong = 0;
 
   constexpr std::size_t n = 100'003;
@@ -51,9 +54,41 @@ MIMATRIX_SCENARIO(staged_collectives) {
   coll.allgather(mine.data(), all.data(), mine.size(), dtype::float32, on_stream).wait();
   for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != float(i / 1000 + 1);
 
+  // GDRAA writes into the RMA window, whose output comes out whole at the end.
+  collectives<fabric, topology::mesh> mesh(comm);
+  call_options gdraa = on_stream;
+  gdraa.algorithm = "gdraa";
+  std::vector<std::int64_t> written(5000);
+  for (std::size_t i = 0; i < written.size(); ++i) written[i] = std::int64_t(i) + r;
+  mesh.allreduce(written.data(), written.data(), written.size(), dtype::int64, reduce::op_kind::sum, gdraa).wait();
+  for (std::size_t i = 0; i < written.size(); ++i) wrong += written[i] != p * std::int64_t(i) + p * (p - 1) / 2;
+
   std::vector<std::int32_t> root(777, 5), got(777, 0);
   coll.broadcast(r == p - 1 ? root.data() : nullptr, got.data(), got.size(), dtype::int32, p - 1, on_stream).wait();
   for (std::int32_t v : got) wrong += v != 5;
+
+  // Non-blocking, as NCCL's calls are: the producer queued before the call waits until
+  // this thread has returned from starting it. A call that waited on the host for its
+  // input (the staging before this change) would wait for the producer for ever; the
+  // producer gives up after 20 s and says so.
+  std::atomic<bool> started{false};
+  bool producer_gave_up = false;
+  std::vector<std::int32_t> grad(4099, 0), after;
+  dev.enqueue(s.handle, [&] {
+    const auto limit = std::chrono::steady_clock::now() + 20s;
+    while (!started.load() && std::chrono::steady_clock::now() < limit) std::this_thread::sleep_for(1ms);
+    producer_gave_up = !started.load();
+    for (std::size_t i = 0; i < grad.size(); ++i) grad[i] = std::int32_t(i) * (r + 1);
+  });
+  auto bucket = coll.allreduce(grad.data(), grad.data(), grad.size(), dtype::int32, reduce::op_kind::sum, on_stream);
+  started = true;
+  dev.enqueue(s.handle, [&] { after = grad; });
+  dev.synchronize(s.handle);
+  bucket.wait();
+  if (producer_gave_up) std::printf("rank %d: the call blocked until its input was produced\n", r);
+  wrong += producer_gave_up;
+  for (std::size_t i = 0; i < after.size(); ++i) wrong += after[i] != std::int32_t(i) * (p * (p + 1) / 2);
+  wrong += after.size() != grad.size();
 
   dev.free_stream(s.handle);
   if (wrong == 0) std::printf("rank %d: staged device calls exact\n", r);
@@ -62,13 +97,22 @@ MIMATRIX_SCENARIO(staged_collectives) {
 
 class device_staging : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(device_staging, stages_device_buffers_through_the_host_exactly) {
-  constexpr int ranks = 3;
-  const auto result = test::run_ranks(ranks, GetParam(), "staged_collectives");
+void expect_exact(const bootstrap::launch_result& result, int ranks) {
   EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
   for (int r = 0; r < ranks; ++r)
     EXPECT_NE(result.output[std::size_t(r)].find("staged device calls exact"), std::string::npos)
         << test::all_output(result);
+}
+
+TEST_P(device_staging, stages_device_buffers_through_the_host_exactly) {
+  expect_exact(test::run_ranks(3, GetParam(), "staged_collectives"), 3);
+}
+
+// Small pieces: every buffer goes out and comes back in up to 64 pieces, each its own copy
+// on a stream that runs late. A step that read a piece before its copy ran, or a piece
+// copied back before its last writer, would leave wrong values.
+TEST_P(device_staging, in_small_pieces_every_step_waits_for_its_input_and_every_piece_for_its_writers) {
+  expect_exact(test::run_ranks(3, GetParam(), "staged_collectives", {{"MIMATRIX_STAGING_PIECE_BYTES", "1024"}}), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(fabric, device_staging, ::testing::ValuesIn(test::test_providers()),

@@ -57,6 +57,12 @@ struct call_options {
   /// the work queued there after it sees its result. Keep the request until then (a
   /// dropped one waits on the host). Unset: host memory.
   std::optional<device::stream> stream;
+  /// The caller's label of this call (a bucket's index, say), which every rank must give
+  /// the same call. Calls still match by their order of starting; a rank whose call at
+  /// that place carries another tag fails with `mismatch`, naming both, where two
+  /// calls of one shape started in different orders would otherwise reduce each other's
+  /// data. It also names the call in errors and in call_record. 0: untagged.
+  std::uint32_t tag = 0;
 };
 
 }  // namespace mimatrix

@@ -1,7 +1,8 @@
-// Device buffers on a transport that moves host memory only: the call is staged through
-// host copies. It runs to its end inside the call, so the stream's later work sees the
-// result without a gate; a pipelined staging that overlaps copies and the wire is the
-// faster way still to come.
+// Device buffers on a transport that neither runs calls on device memory nor stages them
+// itself (inproc and fabric do: device_steps.hpp, host_staging.hpp): the call is staged
+// through host copies and runs to its end inside the call, so the stream's later work sees
+// the result without a gate. Correct, and blocking: a transport of one's own that wants
+// better implements transport::runs_on_device.
 #pragma once
 
 #include <cstddef>

@@ -45,11 +45,11 @@ class timeline_file {
     std::fprintf(file_,
                  "%s{\"name\": \"%s #%llu\", \"cat\": \"mimatrix\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
                  "\"pid\": %d, \"tid\": 0, \"args\": {\"algorithm\": \"%s\", \"dtype\": \"%s\", \"bytes\": %zu, "
-                 "\"busbw_gbps\": %.4f, \"waited_on\": %d, \"error\": \"%s\"}}",
+                 "\"busbw_gbps\": %.4f, \"waited_on\": %d, \"tag\": %u, \"error\": \"%s\"}}",
                  first_ ? "" : ",\n", std::string(schedule::to_string(r.kind)).c_str(),
                  static_cast<unsigned long long>(r.sequence), us(r.start), us(r.end) - us(r.start), r.rank,
                  r.algorithm.c_str(), std::string(to_string(r.type)).c_str(), r.bytes, r.bus_bandwidth_gbps(),
-                 r.waited_on, r.error ? r.error.message().c_str() : "");
+                 r.waited_on, r.tag, r.error ? r.error.message().c_str() : "");
     first_ = false;
     std::fflush(file_);
   }

@@ -163,6 +163,13 @@ class cuda_port final : public port {
     detail::check_cuda(cudaStreamSynchronize(as_stream(s)), "cudaStreamSynchronize");
   }
 
+  void* allocate_host(std::size_t bytes) override {
+    void* p = nullptr;
+    detail::check_cuda(cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost of staging memory");
+    return p;
+  }
+  void free_host(void* p, std::size_t) noexcept override { cudaFreeHost(p); }
+
  private:
   static cudaStream_t as_stream(stream_handle s) { return static_cast<cudaStream_t>(s); }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <new>
 #include <string_view>
 
 #include "mimatrix/core/device_stream.hpp"  // device::stream
@@ -63,6 +64,11 @@ class port {
 
   /// Blocks until the work queued on `s` is done.
   virtual void synchronize(stream_handle s) = 0;
+
+  /// Host memory that copies to and from the device run on asynchronously (pinned for
+  /// CUDA: a copy from pageable memory would block the thread that queues it).
+  virtual void* allocate_host(std::size_t bytes) { return ::operator new(bytes); }
+  virtual void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, bytes); }
 };
 
 }  // namespace mimatrix::device

@@ -19,11 +19,12 @@ struct signature {
   std::size_t count = 0;
   int root = 0;
   std::uint64_t sequence = 0;
+  std::uint32_t tag = 0;  // the caller's label of the call (call_options::tag)
 
   friend bool operator==(const signature&, const signature&) = default;
 };
 
-/// "allreduce #7 (count 1000, float, sum)".
+/// "allreduce #7 (count 1000, float, sum)", or "... sum, tag 12)" for a tagged call.
 inline std::string to_string(const signature& s) {
   std::string text = std::string(to_string(s.kind)) + " #" + std::to_string(s.sequence) +
                      " (count " + std::to_string(s.count) + ", " + std::string(to_string(s.type));
@@ -31,6 +32,7 @@ inline std::string to_string(const signature& s) {
     text += ", root " + std::to_string(s.root);
   else if (s.kind != collective::allgather)
     text += ", " + std::string(reduce::to_string(s.op));
+  if (s.tag) text += ", tag " + std::to_string(s.tag);
   return text + ")";
 }
 

@@ -174,13 +174,25 @@ class fabric {
                                                                    const reduce::host_kernels& kernels,
                                                                    std::chrono::milliseconds timeout);
 
+  /// As above, on device memory of `caller`'s port, ordered on `caller` as NCCL's calls
+  /// are: staged through host memory on a stream of this rank's own, without blocking
+  /// the caller (transport/host_staging.hpp). Starts the progress thread (as NCCL's proxy
+  /// thread): a caller that only synchronizes its stream never calls test() or wait().
+  MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> start(std::shared_ptr<const schedule::schedule> plan,
+                                                                   const std::byte* input, std::byte* output,
+                                                                   const signature& sig,
+                                                                   const reduce::host_kernels& kernels,
+                                                                   std::chrono::milliseconds timeout,
+                                                                   const device::stream& caller);
+
   /// This rank will not take part in call `sig`: every peer fails it with `code` at once.
   MIMATRIX_DECL void fail(const signature& sig, errc code, const std::string& why);
 
  private:
   MIMATRIX_DECL static fabric_options resolve(fabric_options o, const bootstrap::identity& id);
 
-  std::shared_ptr<detail::fabric::endpoint> endpoint_;
+  std::shared_ptr<device::rank_streams> device_;  // made by the first call on device memory
+  std::shared_ptr<detail::fabric::endpoint> endpoint_;  // after device_: goes first
   fabric_options options_;  // as resolved: a split group opens with them
 };
 

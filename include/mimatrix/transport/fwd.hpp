@@ -23,6 +23,7 @@ struct host_kernels;
 
 namespace mimatrix::device {
 struct stream;
+class rank_streams;
 }  // namespace mimatrix::device
 
 namespace mimatrix::transport {

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/operation.hpp"
 #include "mimatrix/device/port.hpp"
+#include "mimatrix/device/rank_streams.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
@@ -72,7 +72,7 @@ class inproc {
     if (engine_->mode() != progress_mode::thread) engine_->set_mode(progress_mode::thread);
     auto lock = engine_->lock();
     return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, std::move(plan), input, output, sig,
-                                                      kernels, timeout, &caller, streams_->of(*caller.device));
+                                                      kernels, timeout, &caller, streams_->stream(*caller.device));
   }
 
   /// This rank will not take part in call `sig`: its peers fail with `code` at once
@@ -83,22 +83,9 @@ class inproc {
   }
 
  private:
-  /// This rank's stream on each device port it has run calls on.
-  struct own_streams {
-    std::map<device::port*, device::stream_handle> streams;
-    device::stream_handle of(device::port& p) {
-      auto& s = streams[&p];
-      if (!s) s = p.make_stream();
-      return s;
-    }
-    ~own_streams() {
-      for (auto& [p, s] : streams) p->free_stream(s);
-    }
-  };
-
   world* world_;
   int rank_;
-  std::shared_ptr<own_streams> streams_ = std::make_shared<own_streams>();
+  std::shared_ptr<device::rank_streams> streams_ = std::make_shared<device::rank_streams>();
   std::shared_ptr<progress_engine> engine_;  // after streams_: its calls end first
 };
 

@@ -23,28 +23,12 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/device_steps.hpp"
+#include "mimatrix/transport/host_staging.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/step_bookkeeping.hpp"
 
 namespace mimatrix::transport {
-
-/// A call's bookkeeping. A transport may keep one across calls (step_executor takes and
-/// returns it) so that the steady state allocates nothing.
-struct step_bookkeeping {
-  struct status {  // one byte: a simulator holds one a step for thousands of ranks
-    bool ready : 1 = false;    // its dependencies are done
-    bool posted : 1 = false;   // the transport has it and it has not ended
-    bool queued : 1 = false;   // refused by back-pressure; retried in order
-    bool arrived : 1 = false;  // a receive's data came before the step was ready
-    bool done : 1 = false;
-  };
-  static_assert(sizeof(status) == 1);
-  std::vector<std::uint32_t> pending;  // unfinished dependencies, per step
-  std::vector<status> steps;
-  std::vector<schedule::step_id> ready, queued, flag_waits;
-  std::vector<std::uint32_t> flags;                         // flags arrived, by tag
-  std::vector<std::pair<std::uint32_t, int>> flag_sources;  // (tag, writer) of each flag
-};
 
 class step_executor : public execution {
  public:
@@ -125,6 +109,20 @@ class step_executor : public execution {
     device_ = std::make_unique<device_steps>(caller, own, kernels_, plan_->desc.size);
   }
   device_steps* device() { return device_.get(); }
+  /// The call's buffers are device memory of `caller`'s port, which this transport moves
+  /// only through host memory: the executor runs it on host copies, in a pipeline
+  /// (host_staging.hpp), and mem_'s input and output become those. Output pieces go back
+  /// as they are done unless the transport writes the output elsewhere first
+  /// (`pipelined_output` false). The derived constructor calls it before it uses mem_.
+  void stage_through_host(const device::stream& caller, device::stream_handle own, device::rank_streams& resources,
+                          const std::byte* input, std::byte* output, bool pipelined_output) {
+    const auto& d = plan_->desc;
+    if (d.kind == schedule::collective::broadcast && plan_->rank != d.root) input = nullptr;  // not read
+    staging_ = std::make_unique<host_staging>(caller, own, resources, kernels_, *plan_, input, output,
+                                              pipelined_output);
+    mem_.input = input ? staging_->input() : nullptr;
+    mem_.output = staging_->output();
+  }
   /// Releases the steps without dependencies and runs what it can, then joins the
   /// engine. The derived constructor calls it last.
   void start();
@@ -201,6 +199,9 @@ class step_executor : public execution {
   std::chrono::milliseconds timeout_;
   std::unique_ptr<step_bookkeeping> book_;
   std::unique_ptr<device_steps> device_;
+  std::unique_ptr<host_staging> staging_;
+  std::vector<schedule::step_id> unstaged_;  // ready, but the input they read is not on the host yet
+  bool concluded_ = false;  // conclude() said yes; the output may still be on its way back
   std::size_t completed_ = 0;
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
   clock::time_point deadline_, probe_at_, ended_check_at_;
@@ -266,6 +267,7 @@ inline bool step_executor::advance() {
   bool changed = false;
   try {
     changed = device_ && device_->poll();
+    if (staging_) changed |= staging_->poll();
   } catch (const error& e) {  // the device failed work of this call (a progress thread must not throw)
     fail(e.code() == errc::cuda ? errc::cuda : errc::transport, describe(stuck_context(), e.what()));
     return true;
@@ -274,10 +276,13 @@ inline bool step_executor::advance() {
   if (finished()) return true;
   changed |= retry_queued();
   changed |= start_ready();
-  if (!finished() && completed_ == plan_->steps.size() && (!device_ || device_->settled()) && conclude()) {
-    succeed();
-    if (device_) device_->finish();
-    changed = true;
+  if (!finished() && completed_ == plan_->steps.size() && (!device_ || device_->settled())) {
+    if (!concluded_) concluded_ = conclude();
+    if (concluded_ && (!staging_ || staging_->returned())) {
+      succeed();
+      if (device_) device_->finish();
+      changed = true;
+    }
   }
   return changed;
 }
@@ -291,11 +296,21 @@ inline void step_executor::idle(int rounds) {
 
 inline bool step_executor::start_ready() {
   auto& ready = book_->ready;
+  if (staging_ && !unstaged_.empty()) {  // steps that waited for their input: again
+    ready.insert(ready.end(), unstaged_.begin(), unstaged_.end());
+    unstaged_.clear();
+  }
   if (ready.empty()) return false;
+  bool started = false;
   // Index loop: completing a local step appends to ready.
   for (std::size_t k = 0; k < ready.size() && !finished(); ++k) {
     const schedule::step_id id = ready[k];
     const schedule::step& st = step_at(id);
+    if (staging_ && !staging_->readable(st)) {  // its input is still on its way to the host
+      unstaged_.push_back(id);
+      continue;
+    }
+    started = true;
     auto& s = book_->steps[id];
     s.ready = true;
     switch (st.kind) {
@@ -330,7 +345,7 @@ inline bool step_executor::start_ready() {
     }
   }
   ready.clear();
-  return true;
+  return started;
 }
 
 inline step_executor::posted step_executor::try_post(schedule::step_id id) {
@@ -399,6 +414,7 @@ inline void step_executor::complete(schedule::step_id id) {
   s.posted = false;
   s.done = true;
   ++completed_;
+  if (staging_) staging_->written(plan_->steps[id]);
   schedule::release_successors(*plan_, id, book_->pending, book_->ready);
 }
 
@@ -465,134 +481,6 @@ inline void step_executor::raise_flag(std::uint32_t tag, int writer) {
   waits.resize(kept);
 }
 
-inline void step_executor::fail(errc code, std::string message) {
-  if (finished()) return;
-  end_with(code, std::move(message));
-  settle_device_after_failure();
-  on_failure(code, true);
-}
-
-inline void step_executor::abandon(errc code, std::string message) {
-  if (finished()) return;
-  end_with(code, std::move(message));
-  settle_device_after_failure();
-  on_failure(code, false);
-}
-
-inline void step_executor::fail_from(errc code, const std::string& message) {
-  if (finished()) return;
-  end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
-                     message);
-  settle_device_after_failure();
-  on_failure(code, false);
-}
-
-inline void step_executor::settle_device_after_failure() {
-  if (!device_) return;
-  device_->drain();
-  device_->finish();
-}
-
-/// The deadline counts from the call's first idle round, not its start: most small calls
-/// never wait, and reading the clock costs.
-inline void step_executor::check_time() {
-  const auto now = clock::now();
-  if (!clock_started_) {
-    clock_started_ = true;
-    deadline_ = now + timeout_;
-    // Probe peers' liveness a little before the deadline, so a lost rank is named within it.
-    probe_at_ = deadline_ - 2 * probe_grace(timeout_);
-    ended_check_at_ = now + ended_check_interval;
-  }
-  if (now >= ended_check_at_) {
-    ended_check_at_ = now + ended_check_interval;
-    if (const std::string gone = ended_peers(); !gone.empty()) {
-      while (advance()) {  // what it sent before it exited may still be queued
-      }
-      if (finished()) return;
-      return fail(errc::peer_lost, describe(stuck_context(), gone + " exited or was killed (no such process on "
-                                                                    "this host now); this rank was " + stuck_reason()));
-    }
-  }
-  if (probes() && !probed_ && now >= probe_at_) {
-    probed_ = true;
-    const std::vector<int> silent = silent_peers(probe_grace(timeout_));
-    while (advance()) {  // the probe progressed the transport: the call may be done
-    }
-    if (finished()) return;
-    if (!silent.empty()) {
-      std::string who;
-      for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
-      return fail(errc::peer_lost,
-                  describe(stuck_context(), "rank(s) " + who +
-                                                " did not answer a liveness probe (exited, killed, or stuck outside "
-                                                "mimatrix) while " + stuck_reason()));
-    }
-  }
-  if (clock::now() >= deadline_)
-    fail(errc::timeout,
-         describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) + " ms " + stuck_reason()));
-}
-
-inline std::int64_t step_executor::stuck_step() const {
-  const auto& steps = book_->steps;
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    const auto kind = plan_->steps[i].kind;
-    const bool receives = kind == schedule::step_kind::recv || kind == schedule::step_kind::recv_reduce ||
-                          kind == schedule::step_kind::wait;
-    if (receives && steps[i].ready && !steps[i].done) return std::int64_t(i);
-  }
-  for (std::size_t i = 0; i < steps.size(); ++i)
-    if (steps[i].posted || steps[i].queued) return std::int64_t(i);
-  return -1;
-}
-
-inline error_context step_executor::context(schedule::step_id id) const {
-  const schedule::step& st = step_at(id);
-  return {plan_->rank, st.peer, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence),
-          static_cast<std::int64_t>(id), static_cast<std::int64_t>(st.bytes())};
-}
-
-inline error_context step_executor::stuck_context() const {
-  if (const std::int64_t id = stuck_step(); id >= 0) return context(static_cast<schedule::step_id>(id));
-  return {plan_->rank, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
-}
-
-inline std::string step_executor::stuck_reason() const {
-  std::string why;
-  const std::int64_t at = stuck_step();
-  if (at < 0) {
-    why = completed_ == plan_->steps.size() ? "with every step done, waiting for the other ranks to end the call"
-                                            : "with " + std::to_string(plan_->steps.size() - completed_) +
-                                                  " steps left";
-  } else {
-    const auto id = static_cast<schedule::step_id>(at);
-    const schedule::step& st = step_at(id);
-    const std::string kind(schedule::to_string(st.kind));
-    if (st.kind == schedule::step_kind::wait) {
-      std::string from;
-      for (const auto& [tag, source] : book_->flag_sources)
-        if (tag == st.tag) from += (from.empty() ? "" : ", ") + std::to_string(source);
-      why = "in a wait for " + std::to_string(st.count) + " flags with tag " + std::to_string(st.tag) +
-            ", of which " + std::to_string(flags(st.tag)) + " arrived" +
-            (from.empty() ? "" : " (from rank(s) " + from + ")");
-    } else if (st.kind == schedule::step_kind::recv || st.kind == schedule::step_kind::recv_reduce) {
-      const std::string_view via = route(id);
-      why = "waiting for data from rank " + std::to_string(st.peer) + " (" + kind + ", tag " +
-            std::to_string(st.tag) + (via.empty() ? "" : ", " + std::string(via)) + ")";
-    } else {
-      why = "waiting for rank " + std::to_string(st.peer) + " to take a " + kind + " (tag " +
-            std::to_string(st.tag) + ")";
-    }
-  }
-  if (const auto& queued = book_->queued; !queued.empty()) {
-    std::size_t receives = 0;
-    for (schedule::step_id id : queued) receives += step_at(id).kind == schedule::step_kind::send ? 0 : 1;
-    why += "; " + std::to_string(queued.size()) + " post(s) held back by back-pressure (" + std::to_string(receives) +
-           " of them receives), first step " + std::to_string(queued.front()) + " to rank " +
-           std::to_string(step_at(queued.front()).peer);
-  }
-  return why + stall_detail();
-}
-
 }  // namespace mimatrix::transport
+
+#include "mimatrix/transport/detail/step_failure.hpp"

@@ -70,11 +70,11 @@ TEST(collectives, an_algorithm_named_per_call_runs_and_one_that_cannot_is_refuse
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     std::vector<double> v(100, 1.5);
-    coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "recursive_doubling", .timeout = {}, .stream = {}})
+    coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "recursive_doubling", .timeout = {}, .stream = {}, .tag = 0})
         .wait();
     EXPECT_EQ(v[99], 6.0);
     try {
-      (void)coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "gdraa", .timeout = {}, .stream = {}});
+      (void)coll.allreduce(v.data(), v.data(), v.size(), dtype::float64, reduce::op_kind::sum, {.algorithm = "gdraa", .timeout = {}, .stream = {}, .tag = 0});
       ADD_FAILURE() << "gdraa ran on a ring";
     } catch (const error& e) {
       EXPECT_EQ(e.code(), errc::invalid_argument);
@@ -112,7 +112,7 @@ TEST(collectives, a_per_call_deadline_replaces_the_communicators) {
     if (r == 1) return;  // never calls
     std::int64_t x = 1;
     std::error_code ec;
-    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = 150ms, .stream = {}}).wait(ec);
+    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = 150ms, .stream = {}, .tag = 0}).wait(ec);
     EXPECT_EQ(ec, errc::timeout);
   });
 }
@@ -124,9 +124,50 @@ TEST(collectives, a_per_call_deadline_of_milliseconds_max_means_never) {
     collectives<inproc> coll(comm);
     std::int64_t x = r + 1;
     if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits, so its deadline is computed
-    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = std::chrono::milliseconds::max(), .stream = {}})
+    coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum, {.algorithm = {}, .timeout = std::chrono::milliseconds::max(), .stream = {}, .tag = 0})
         .wait();
     EXPECT_EQ(x, 3) << "rank " << r;
+  });
+}
+
+// Issue 10 (per-call tag): a tag given alike runs; two buckets of one shape started in
+// opposite orders would reduce each other's data without a word, but tagged, every
+// call fails with mismatch naming both tags.
+TEST(collectives, a_tag_given_alike_runs_and_tags_that_differ_fail_naming_both) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(5s);
+    collectives<inproc> coll(comm);
+    std::vector<std::uint32_t> tags;
+    comm.on_call([&](const call_record& c) { tags.push_back(c.tag); });
+    std::vector<std::int32_t> a(64, 1 + r), b(64, 10 * (1 + r));
+    call_options seven;
+    seven.tag = 7;
+    coll.allreduce(a.data(), a.data(), a.size(), dtype::int32, reduce::op_kind::sum, seven).wait();
+    EXPECT_EQ(a[63], 3);
+    EXPECT_EQ(tags, std::vector<std::uint32_t>{7});
+    call_options one, two;
+    one.tag = 1;
+    two.tag = 2;
+    auto first = r == 0 ? coll.allreduce(a.data(), a.data(), a.size(), dtype::int32, reduce::op_kind::sum, one)
+                        : coll.allreduce(b.data(), b.data(), b.size(), dtype::int32, reduce::op_kind::sum, two);
+    auto second = r == 0 ? coll.allreduce(b.data(), b.data(), b.size(), dtype::int32, reduce::op_kind::sum, two)
+                         : coll.allreduce(a.data(), a.data(), a.size(), dtype::int32, reduce::op_kind::sum, one);
+    for (request* call : {&first, &second}) {
+      std::error_code ec;
+      call->wait(ec);
+      EXPECT_EQ(ec, errc::mismatch) << "rank " << r;
+    }
+    try {
+      (void)coll.allreduce(a.data(), a.data(), a.size(), dtype::int32, reduce::op_kind::sum, r == 0 ? one : two)
+          .wait();
+      ADD_FAILURE() << "rank " << r << ": tags 1 and 2 ran as one call";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::mismatch);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("tag 1"), std::string::npos) << what;
+      EXPECT_NE(what.find("tag 2"), std::string::npos) << what;
+    }
   });
 }
 

@@ -269,7 +269,7 @@ std::vector<std::optional<outcome>> exchange_with(int p, ShapeOf shape_of) {
     const factors f = make_factors(s, 7, r, true);
     std::vector<float> dw(s.outputs * s.inputs, -1.0f);
     sufficient_factor_options options;
-    options.call = call_options{.algorithm = {}, .timeout = 10s, .stream = {}};
+    options.call = call_options{.algorithm = {}, .timeout = 10s, .stream = {}, .tag = 0};
     try {
       sufficient_factor_broadcast<inproc> sfb(coll, s, options);
       sfb(f.u.data(), f.v.data(), dw.data());

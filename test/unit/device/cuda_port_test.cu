@@ -103,7 +103,7 @@ void expect_exact(int p, Topology topo, const std::string& algorithm, dtype t, r
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     device_array<T> data(n);
     fill_kernel<<<32, 256, 0, s>>>(data.data, n, r, 0);
-    coll.allreduce(data.data, data.data, n, t, op, {.algorithm = algorithm, .timeout = 20s, .stream = cuda_port::on(s)})
+    coll.allreduce(data.data, data.data, n, t, op, {.algorithm = algorithm, .timeout = 20s, .stream = cuda_port::on(s), .tag = 0})
         .wait();
     const auto got = data.to_host();
     for (std::size_t i = 0; i < n; ++i) {
@@ -139,7 +139,7 @@ TEST_F(cuda_port_test, the_call_is_ordered_on_the_callers_stream_without_a_host_
     device_array<std::int32_t> data(n), seen(n);
     fill_kernel<<<32, 256, 0, s>>>(data.data, n, r, 20'000'000);  // 20 ms late
     auto pending = coll.allreduce(data.data, data.data, n, dtype::int32, reduce::op_kind::sum,
-                                  {.algorithm = "ring", .timeout = 20s, .stream = cuda_port::on(s)});
+                                  {.algorithm = "ring", .timeout = 20s, .stream = cuda_port::on(s), .tag = 0});
     copy_kernel<<<32, 256, 0, s>>>(seen.data, data.data, n);
     CHECK_CUDA(cudaStreamSynchronize(s));
     const auto got = seen.to_host();
@@ -158,7 +158,7 @@ TEST_F(cuda_port_test, a_failed_call_lets_the_stream_go_on) {
     ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
     device_array<std::int32_t> data(1000);
     auto pending = coll.allreduce(data.data, data.data, 1000, dtype::int32, reduce::op_kind::sum,
-                                  {.algorithm = {}, .timeout = 300ms, .stream = cuda_port::on(s)});
+                                  {.algorithm = {}, .timeout = 300ms, .stream = cuda_port::on(s), .tag = 0});
     CHECK_CUDA(cudaStreamSynchronize(s));  // returns once the call has failed
     std::error_code ec;
     pending.wait(ec);

@@ -31,7 +31,7 @@ using transport::inproc;
 
 call_options on(device::host_port& dev, device::stream_handle s, const std::string& algorithm = {},
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
-  return {.algorithm = algorithm, .timeout = timeout, .stream = device::stream{&dev, s}};
+  return {.algorithm = algorithm, .timeout = timeout, .stream = device::stream{&dev, s}, .tag = 0};
 }
 
 /// An allreduce of `n` elements on `p` ranks over `topo` with `algorithm`, out of place or
@@ -185,7 +185,7 @@ TEST(device_steps, a_stream_without_its_port_is_named) {
     std::int32_t x = 1;
     try {
       (void)coll.allreduce(&x, &x, 1, dtype::int32, reduce::op_kind::sum,
-                           {.algorithm = {}, .timeout = {}, .stream = device::stream{}});
+                           {.algorithm = {}, .timeout = {}, .stream = device::stream{}, .tag = 0});
       ADD_FAILURE() << "a stream without a port was taken";
     } catch (const error& e) {
       EXPECT_EQ(e.code(), errc::invalid_argument);

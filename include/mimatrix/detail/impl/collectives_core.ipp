@@ -51,35 +51,35 @@ MIMATRIX_DECL collectives_core::~collectives_core() = default;
 MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type,
                                                   reduce::op_kind op, const call_options& options) {
   return impl_->engine(options).start(schedule::collective::allreduce, input, count, output, count, 0,
-                                      impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr);
+                                      impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
                                                        reduce::op_kind op, const call_options& options) {
   return impl_->engine(options).start(schedule::collective::reduce_scatter, input,
                                       count * std::size_t(impl_->transport.size), output, count, 0,
-                                      impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr);
+                                      impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type,
                                                   const call_options& options) {
   return impl_->engine(options).start(schedule::collective::allgather, input, count, output,
                                       count * std::size_t(impl_->transport.size), 0,
-                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr);
+                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type,
                                                   int root, const call_options& options) {
   return impl_->engine(options).start(schedule::collective::broadcast, input,
                                       impl_->transport.rank == root ? count : 0, output, count, root,
-                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr);
+                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
   std::uint8_t in = 0, out = 0;
   impl_->engine(options)
       .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(dtype::uint8, reduce::op_kind::max),
-             options.timeout)
+             options.timeout, nullptr, options.tag)
       .wait();
 }
 

@@ -56,12 +56,12 @@ MIMATRIX_DECL engine_core::~engine_core() = default;
 MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
                                          std::size_t out_count, int root, const reduce::host_kernels& kernels,
                                          std::optional<std::chrono::milliseconds> timeout,
-                                         const device::stream* stream) {
+                                         const device::stream* stream, std::uint32_t tag) {
   impl& e = *impl_;
   const transport_face& t = e.transport;
   const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
   const signature sig{kind, kernels.op, kernels.type, count, kind == schedule::collective::broadcast ? root : 0,
-                      e.comm.next_sequence(t.rank, t.progress)};
+                      e.comm.next_sequence(t.rank, t.progress), tag};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
@@ -91,6 +91,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   auto op = launch(std::move(plan));
   r.kind = kind;
   r.sequence = sig.sequence;
+  r.tag = tag;
   r.type = kernels.type;
   r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
   r.rank = t.rank;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/rank_streams.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
@@ -45,7 +46,8 @@ class execution final : public step_executor, private call {
  public:
   execution(std::shared_ptr<endpoint> endpoint, std::shared_ptr<const schedule::schedule> plan, const std::byte* input,
             std::byte* output, const signature& sig, const reduce::host_kernels& kernels,
-            std::chrono::milliseconds timeout)
+            std::chrono::milliseconds timeout, const device::stream* caller = nullptr,
+            device::rank_streams* resources = nullptr)
       : step_executor(endpoint->engine(), std::move(plan), sig, kernels, timeout, endpoint->take_bookkeeping()),
         ep_(std::move(endpoint)),
         packed_(wire::pack(sig, this->plan().algorithm)),
@@ -74,6 +76,11 @@ class execution final : public step_executor, private call {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
+    }
+    if (caller) {  // device buffers: the call runs on host copies (no FI_HMEM path yet)
+      // A one-sided call's output is in the window until conclude() copies it out whole.
+      stage_through_host(*caller, resources->stream(*caller->device), *resources, input, output, !one_sided_);
+      user_output_ = mem_.output;
     }
     // Staging is a few slots reused in schedule order, not one block a step: data then
     // arrives in memory the reduction reads while it is still in cache.
@@ -155,6 +162,7 @@ class execution final : public step_executor, private call {
   /// A post the provider refused. Providers name a dead peer's connection in their own
   /// words (rxm: -FI_EOTHER), so unless the code says so, a liveness probe decides.
   void fail_post(schedule::step_id id, const char* call, ssize_t ret);
+  void lose_peer(schedule::step_id id, int peer, const std::string& what);
 
   /// Every step is done: a one-sided call's output comes out of the window.
   bool conclude() override {

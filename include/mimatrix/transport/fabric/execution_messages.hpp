@@ -81,10 +81,7 @@ inline execution::posted execution::inject(schedule::step_id id) {
 inline void execution::fail_post(schedule::step_id id, const char* call, ssize_t ret) {
   const int peer = step_at(id).peer;
   const std::string what = explain_fabric_call(call, ret, ep_->provider());
-  if (is_peer_loss(static_cast<int>(ret))) {
-    connection_lost_ = true;
-    return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) + " is unreachable (" + what + ")"));
-  }
+  if (is_peer_loss(static_cast<int>(ret))) return lose_peer(id, peer, what);
   const std::vector<int> silent = ep_->silent_peers(probe_grace(timeout()));
   if (std::find(silent.begin(), silent.end(), peer) != silent.end())
     return fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) +
@@ -137,12 +134,19 @@ inline void execution::on_error(posted_op& r, const fi_cq_err_entry& e) {
                                                              "MIMATRIX_WINDOW_BYTES alike on every rank)"));
   // Our own cancels never reach here (the request is orphaned first), so a cancel or an
   // I/O error on a peer's message means the provider gave up on that peer.
-  if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code)) {
-    connection_lost_ = true;
-    return fail(errc::peer_lost,
-                describe(context(id), "rank " + std::to_string(st.peer) + " is unreachable (" + what + ")"));
-  }
+  if (code == FI_ECANCELED || code == FI_EIO || is_peer_loss(code)) return lose_peer(id, st.peer, what);
   fail(errc::transport, describe(context(id), what));
+}
+
+/// The provider dropped the connection to `peer`. That peer may be a survivor that
+/// failed first and closed its endpoint (a rank does after a lost connection), so what
+/// it announced, or a peer on this host whose process has ended, names the cause better.
+inline void execution::lose_peer(schedule::step_id id, int peer, const std::string& what) {
+  connection_lost_ = true;
+  if (auto f = ep_->failure(sig().sequence)) return end_failed(*f);
+  const std::string gone = ended_peers();
+  fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) + " is unreachable (" + what + ")" +
+                                                  (gone.empty() ? "" : "; " + gone + " exited or was killed")));
 }
 
 inline void execution::stage_more() {

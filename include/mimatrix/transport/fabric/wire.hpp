@@ -44,41 +44,62 @@ constexpr std::uint16_t algorithm_digest(std::string_view algorithm) {
   return static_cast<std::uint16_t>(h ^ (h >> 16));
 }
 
+/// A 16-bit digest of a call's tag (call_options::tag); an untagged call's is 0.
+constexpr std::uint16_t tag_digest(std::uint32_t tag) {
+  const std::uint32_t h = tag * 0x9E3779B1u;
+  return static_cast<std::uint16_t>(h ^ (h >> 16));
+}
+
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
-/// carries: [63..48] root (broadcast) or the algorithm's digest (the others) | [47..45]
-/// dtype | [44..42] op | [41..40] kind | [39..0] count. A receiver that finds another
-/// packing than its own knows its peer runs another call, or the same call by another
-/// algorithm. (A broadcast's algorithm is left to the start-up check of MIMATRIX_ALGO.)
+/// carries: [63..48] root (broadcast) or the algorithm's digest (the others), xor the
+/// tag's digest | [47..45] dtype | [44..42] op | [41..40] kind | [39..0] count. A receiver
+/// that finds another packing than its own knows its peer runs another call, or the same
+/// call by another algorithm or with another tag. (A broadcast's algorithm is left to the
+/// start-up check of MIMATRIX_ALGO.)
 inline std::uint64_t pack(const signature& s, std::string_view algorithm) {
   constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
   const std::uint16_t top =
-      s.kind == schedule::collective::broadcast ? std::uint16_t(s.root) : algorithm_digest(algorithm);
+      (s.kind == schedule::collective::broadcast ? std::uint16_t(s.root) : algorithm_digest(algorithm)) ^
+      tag_digest(s.tag);
   return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
          (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
 }
-inline signature unpack(std::uint64_t bits, std::uint64_t sequence) {
+/// The part of a packed signature that names the call's shape, as `sequence`; a
+/// broadcast's root is read as if the peer's tag were `tag`.
+inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_t tag = 0) {
   signature s;
   s.type = dtype((bits >> 45) & 7);
   s.op = reduce::op_kind((bits >> 42) & 7);
   s.kind = schedule::collective((bits >> 40) & 3);
-  s.root = s.kind == schedule::collective::broadcast ? int(bits >> 48) : 0;
+  s.root = s.kind == schedule::collective::broadcast ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag)) : 0;
   s.count = bits & ((std::uint64_t(1) << 40) - 1);
   s.sequence = sequence;
+  s.tag = tag;
   return s;
 }
 
 /// Why a peer's packed signature `theirs` is not this rank's `mine` (`sig` run by
 /// `algorithm`): "rank 2 runs allreduce #3 (...) but this rank runs ...", or, when only
-/// the algorithm differs, that.
+/// the top bits differ, that the algorithm (a broadcast's root) or the tag differs: the
+/// digests do not tell which.
 inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mine, const signature& sig,
                                 std::string_view algorithm) {
   constexpr std::uint64_t below_top = (std::uint64_t(1) << 48) - 1;
-  if ((theirs & below_top) == (mine & below_top) && sig.kind != schedule::collective::broadcast)
-    return "rank " + std::to_string(peer) + " runs " + to_string(sig) + " with another algorithm than this rank's '" +
-           std::string(algorithm) + "'; every rank must choose the same (the collective's Algorithm, "
-           "call_options::algorithm, MIMATRIX_ALGO)";
-  return "rank " + std::to_string(peer) + " runs " + to_string(unpack(theirs, sig.sequence)) +
-         " but this rank runs " + to_string(sig);
+  const std::string who = "rank " + std::to_string(peer) + " runs ";
+  if ((theirs & below_top) != (mine & below_top))
+    return who + to_string(unpack(theirs, sig.sequence)) + " but this rank runs " + to_string(sig);
+  const std::string tag = std::to_string(sig.tag);
+  signature shape = sig;  // what both ranks run: the peer's root and tag are not known
+  shape.tag = 0;
+  if (sig.kind == schedule::collective::broadcast) {
+    const std::string text = to_string(shape);
+    return who + text.substr(0, text.rfind(", root")) + ") with another root or tag than this rank's (root " +
+           std::to_string(sig.root) + ", tag " + tag +
+           "); every rank must give a call the same root and tag (call_options::tag)";
+  }
+  return who + to_string(shape) + " with another algorithm or tag than this rank's (algorithm '" +
+         std::string(algorithm) + "', tag " + tag + "); every rank must give a call the same algorithm (the "
+         "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO) and tag (call_options::tag)";
 }
 
 /// The remote CQ data of a one-sided write, the flag it raises at the target:

@@ -107,6 +107,20 @@ MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::sh
                                                      timeout);
 }
 
+MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::shared_ptr<const schedule::schedule> plan,
+                                                                         const std::byte* input, std::byte* output,
+                                                                         const signature& sig,
+                                                                         const reduce::host_kernels& kernels,
+                                                                         std::chrono::milliseconds timeout,
+                                                                         const device::stream& caller) {
+  progress_engine& engine = endpoint_->engine();
+  if (engine.mode() != progress_mode::thread) engine.set_mode(progress_mode::thread);
+  auto lock = engine.lock();
+  if (!device_) device_ = std::make_shared<device::rank_streams>();
+  return std::make_unique<detail::fabric::execution>(endpoint_, std::move(plan), input, output, sig, kernels, timeout,
+                                                     &caller, device_.get());
+}
+
 MIMATRIX_DECL void fabric::fail(const signature& sig, errc code, const std::string& why) {
   auto lock = endpoint_->engine().lock();
   endpoint_->announce_failure(sig.sequence, code, why);

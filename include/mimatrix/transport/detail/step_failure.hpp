@@ -1,0 +1,148 @@
+// The step executor's failure paths, deadline and the diagnosis of a stuck call: which
+// step waits for what, from whom. Definitions of step_executor members, apart from its
+// state machine (step_executor.hpp includes this file last).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/step_executor.hpp"
+
+namespace mimatrix::transport {
+
+inline void step_executor::fail(errc code, std::string message) {
+  if (finished()) return;
+  end_with(code, std::move(message));
+  settle_device_after_failure();
+  on_failure(code, true);
+}
+
+inline void step_executor::abandon(errc code, std::string message) {
+  if (finished()) return;
+  end_with(code, std::move(message));
+  settle_device_after_failure();
+  on_failure(code, false);
+}
+
+inline void step_executor::fail_from(errc code, const std::string& message) {
+  if (finished()) return;
+  end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
+                     message);
+  settle_device_after_failure();
+  on_failure(code, false);
+}
+
+inline void step_executor::settle_device_after_failure() {
+  if (staging_) staging_->abandon();
+  if (!device_) return;
+  device_->drain();
+  device_->finish();
+}
+
+/// The deadline counts from the call's first idle round, not its start: most small calls
+/// never wait, and reading the clock costs.
+inline void step_executor::check_time() {
+  const auto now = clock::now();
+  if (!clock_started_) {
+    clock_started_ = true;
+    deadline_ = now + timeout_;
+    // Probe peers' liveness a little before the deadline, so a lost rank is named within it.
+    probe_at_ = deadline_ - 2 * probe_grace(timeout_);
+    ended_check_at_ = now + ended_check_interval;
+  }
+  if (now >= ended_check_at_) {
+    ended_check_at_ = now + ended_check_interval;
+    if (const std::string gone = ended_peers(); !gone.empty()) {
+      while (advance()) {  // what it sent before it exited may still be queued
+      }
+      if (finished()) return;
+      return fail(errc::peer_lost, describe(stuck_context(), gone + " exited or was killed (no such process on "
+                                                                    "this host now); this rank was " + stuck_reason()));
+    }
+  }
+  if (probes() && !probed_ && now >= probe_at_) {
+    probed_ = true;
+    const std::vector<int> silent = silent_peers(probe_grace(timeout_));
+    while (advance()) {  // the probe progressed the transport: the call may be done
+    }
+    if (finished()) return;
+    if (!silent.empty()) {
+      std::string who;
+      for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      return fail(errc::peer_lost,
+                  describe(stuck_context(), "rank(s) " + who +
+                                                " did not answer a liveness probe (exited, killed, or stuck outside "
+                                                "mimatrix) while " + stuck_reason()));
+    }
+  }
+  if (clock::now() >= deadline_)
+    fail(errc::timeout,
+         describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) + " ms " + stuck_reason()));
+}
+
+inline std::int64_t step_executor::stuck_step() const {
+  const auto& steps = book_->steps;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto kind = plan_->steps[i].kind;
+    const bool receives = kind == schedule::step_kind::recv || kind == schedule::step_kind::recv_reduce ||
+                          kind == schedule::step_kind::wait;
+    if (receives && steps[i].ready && !steps[i].done) return std::int64_t(i);
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (steps[i].posted || steps[i].queued) return std::int64_t(i);
+  return -1;
+}
+
+inline error_context step_executor::context(schedule::step_id id) const {
+  const schedule::step& st = step_at(id);
+  return {plan_->rank, st.peer, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence),
+          static_cast<std::int64_t>(id), static_cast<std::int64_t>(st.bytes())};
+}
+
+inline error_context step_executor::stuck_context() const {
+  if (const std::int64_t id = stuck_step(); id >= 0) return context(static_cast<schedule::step_id>(id));
+  return {plan_->rank, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
+}
+
+inline std::string step_executor::stuck_reason() const {
+  std::string why;
+  const std::int64_t at = stuck_step();
+  if (at < 0) {
+    why = completed_ == plan_->steps.size() ? "with every step done, waiting for the other ranks to end the call"
+                                            : "with " + std::to_string(plan_->steps.size() - completed_) +
+                                                  " steps left";
+  } else {
+    const auto id = static_cast<schedule::step_id>(at);
+    const schedule::step& st = step_at(id);
+    const std::string kind(schedule::to_string(st.kind));
+    if (st.kind == schedule::step_kind::wait) {
+      std::string from;
+      for (const auto& [tag, source] : book_->flag_sources)
+        if (tag == st.tag) from += (from.empty() ? "" : ", ") + std::to_string(source);
+      why = "in a wait for " + std::to_string(st.count) + " flags with tag " + std::to_string(st.tag) +
+            ", of which " + std::to_string(flags(st.tag)) + " arrived" +
+            (from.empty() ? "" : " (from rank(s) " + from + ")");
+    } else if (st.kind == schedule::step_kind::recv || st.kind == schedule::step_kind::recv_reduce) {
+      const std::string_view via = route(id);
+      why = "waiting for data from rank " + std::to_string(st.peer) + " (" + kind + ", tag " +
+            std::to_string(st.tag) + (via.empty() ? "" : ", " + std::string(via)) + ")";
+    } else {
+      why = "waiting for rank " + std::to_string(st.peer) + " to take a " + kind + " (tag " +
+            std::to_string(st.tag) + ")";
+    }
+  }
+  if (const auto& queued = book_->queued; !queued.empty()) {
+    std::size_t receives = 0;
+    for (schedule::step_id id : queued) receives += step_at(id).kind == schedule::step_kind::send ? 0 : 1;
+    why += "; " + std::to_string(queued.size()) + " post(s) held back by back-pressure (" + std::to_string(receives) +
+           " of them receives), first step " + std::to_string(queued.front()) + " to rank " +
+           std::to_string(step_at(queued.front()).peer);
+  }
+  return why + stall_detail();
+}
+
+}  // namespace mimatrix::transport

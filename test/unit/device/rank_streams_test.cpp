@@ -1,0 +1,114 @@
+// device::rank_streams: one stream of a rank's own a port, made once; host staging
+// buffers taken from the port and reused from call to call, and freed by the port that
+// allocated them, also when they outlive the pool.
+#include "mimatrix/device/rank_streams.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+
+#include "mimatrix/device/host_port.hpp"
+
+namespace mimatrix::device {
+namespace {
+
+/// A host port that counts the host memory it hands out and takes back.
+class counting_port final : public port {
+ public:
+  std::string_view name() const override { return "counting"; }
+  stream_handle make_stream() override { return inner_.make_stream(); }
+  void free_stream(stream_handle s) noexcept override {
+    ++streams_freed;
+    inner_.free_stream(s);
+  }
+  void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override { inner_.copy(s, dst, src, bytes); }
+  void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
+               std::size_t bytes) override {
+    inner_.combine(s, k, dst, a, b, bytes);
+  }
+  void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
+    inner_.finalize(s, k, data, bytes, ranks);
+  }
+  event record(stream_handle s) override { return inner_.record(s); }
+  bool done(event e) override { return inner_.done(e); }
+  void free_event(event e) noexcept override { inner_.free_event(e); }
+  void wait(stream_handle s, event e) override { inner_.wait(s, e); }
+  gate hold(stream_handle s) override { return inner_.hold(s); }
+  void open(stream_handle s, gate g) override { inner_.open(s, g); }
+  void synchronize(stream_handle s) override { inner_.synchronize(s); }
+
+  void* allocate_host(std::size_t bytes) override {
+    void* p = port::allocate_host(bytes);
+    live[p] = bytes;
+    ++allocations;
+    return p;
+  }
+  void free_host(void* p, std::size_t bytes) noexcept override {
+    EXPECT_EQ(live[p], bytes) << "freed with another size than allocated";
+    live.erase(p);
+    port::free_host(p, bytes);
+  }
+
+  std::map<void*, std::size_t> live;
+  int allocations = 0;
+  int streams_freed = 0;
+
+ private:
+  host_port inner_;
+};
+
+TEST(rank_streams, one_stream_a_port_made_once_and_freed_with_the_streams) {
+  counting_port a, b;
+  {
+    rank_streams streams;
+    const stream_handle sa = streams.stream(a);
+    EXPECT_EQ(streams.stream(a), sa);
+    EXPECT_NE(streams.stream(b), sa);
+  }
+  EXPECT_EQ(a.streams_freed, 1);
+  EXPECT_EQ(b.streams_freed, 1);
+}
+
+TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_their_port) {
+  counting_port dev, other;
+  {
+    rank_streams streams;
+    std::byte* first = nullptr;
+    {
+      host_buffer big = streams.staging(dev, 4096);
+      ASSERT_NE(big.data(), nullptr);
+      EXPECT_GE(big.size(), 4096u);
+      first = big.data();
+      big.data()[4095] = std::byte{7};  // it is writable memory of that size
+    }
+    EXPECT_EQ(dev.live.size(), 1u);  // kept for the next call
+    {
+      host_buffer again = streams.staging(dev, 1000);  // smaller: the kept one serves
+      EXPECT_EQ(again.data(), first);
+      host_buffer larger = streams.staging(dev, 8192);  // none kept is large enough
+      EXPECT_NE(larger.data(), first);
+      host_buffer elsewhere = streams.staging(other, 10);  // another port's memory is its own
+      EXPECT_EQ(other.allocations, 1);
+    }
+    EXPECT_EQ(dev.allocations, 2);
+  }
+  EXPECT_TRUE(dev.live.empty()) << "the pool freed what it kept";
+  EXPECT_TRUE(other.live.empty());
+}
+
+TEST(rank_streams, a_buffer_that_outlives_its_pool_is_freed_by_its_port) {
+  counting_port dev;
+  host_buffer kept_past;
+  {
+    rank_streams streams;
+    kept_past = streams.staging(dev, 64);
+  }
+  EXPECT_EQ(dev.live.size(), 1u);
+  kept_past = host_buffer{};
+  EXPECT_TRUE(dev.live.empty());
+}
+
+}  // namespace
+}  // namespace mimatrix::device

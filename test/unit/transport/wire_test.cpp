@@ -1,0 +1,65 @@
+// Tests of transport/fabric/wire.hpp's packed signature: what every data message carries
+// so that a receiver tells a peer running another call, algorithm or tag.
+#include "mimatrix/transport/fabric/wire.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace mimatrix::transport::detail::fabric {
+namespace {
+
+using schedule::collective;
+
+signature call(collective kind, std::uint32_t tag = 0, int root = 0) {
+  return {kind, reduce::op_kind::sum, dtype::int32, 1000, root, 5, tag};
+}
+
+TEST(wire, an_untagged_call_packs_as_before_tags_existed) {
+  // The top 16 bits are the algorithm's digest (a broadcast's root) alone: peers built
+  // before call_options::tag read an untagged call's messages as they did.
+  const std::uint64_t packed = wire::pack(call(collective::allreduce), "ring");
+  EXPECT_EQ(packed >> 48, wire::algorithm_digest("ring"));
+  EXPECT_EQ(wire::pack(call(collective::broadcast, 0, 3), "ring") >> 48, 3u);
+  EXPECT_EQ(wire::tag_digest(0), 0);
+}
+
+TEST(wire, calls_that_differ_only_in_their_tag_pack_differently) {
+  for (collective kind : {collective::allreduce, collective::reduce_scatter, collective::allgather,
+                          collective::broadcast})
+    for (std::uint32_t tag : {1u, 2u, 7u, 65536u, 0xFFFFFFFFu}) {
+      EXPECT_NE(wire::pack(call(kind, tag), "ring"), wire::pack(call(kind), "ring")) << tag;
+      EXPECT_NE(wire::pack(call(kind, tag), "ring"), wire::pack(call(kind, tag + 1), "ring")) << tag;
+      // Flags carry a digest of the packing: tags differ there too.
+      EXPECT_NE(wire::digest(wire::pack(call(kind, tag), "ring")), wire::digest(wire::pack(call(kind), "ring")));
+    }
+}
+
+TEST(wire, a_tagged_broadcasts_root_unpacks_under_its_tag) {
+  const std::uint64_t packed = wire::pack(call(collective::broadcast, 9, 3), "ring");
+  EXPECT_EQ(wire::unpack(packed, 5, 9).root, 3);
+  EXPECT_EQ(wire::unpack(packed, 5, 9), call(collective::broadcast, 9, 3));
+}
+
+TEST(wire, a_disagreement_in_the_top_bits_names_the_algorithm_or_tag) {
+  const signature mine = call(collective::allreduce, 1);
+  const std::string why = wire::disagreement(2, wire::pack(call(collective::allreduce, 2), "ring"),
+                                             wire::pack(mine, "ring"), mine, "ring");
+  EXPECT_EQ(why, "rank 2 runs allreduce #5 (count 1000, int32, sum) with another algorithm or tag than this "
+                 "rank's (algorithm 'ring', tag 1); every rank must give a call the same algorithm (the "
+                 "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO) and tag (call_options::tag)");
+  const signature root = call(collective::broadcast, 0, 1);
+  const std::string bcast = wire::disagreement(0, wire::pack(call(collective::broadcast, 0, 0), "ring"),
+                                               wire::pack(root, "ring"), root, "ring");
+  EXPECT_EQ(bcast, "rank 0 runs broadcast #5 (count 1000, int32) with another root or tag than this rank's "
+                   "(root 1, tag 0); every rank must give a call the same root and tag (call_options::tag)");
+  // Another count is named as such, with both calls.
+  const std::string count = wire::disagreement(
+      1, wire::pack({collective::allreduce, reduce::op_kind::sum, dtype::int32, 999, 0, 5, 0}, "ring"),
+      wire::pack(call(collective::allreduce), "ring"), call(collective::allreduce), "ring");
+  EXPECT_NE(count.find("count 999"), std::string::npos) << count;
+  EXPECT_NE(count.find("but this rank runs allreduce #5 (count 1000"), std::string::npos) << count;
+}
+
+}  // namespace
+}  // namespace mimatrix::transport::detail::fabric
