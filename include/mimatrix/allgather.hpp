@@ -28,15 +28,16 @@ class allgather {
   explicit allgather(communicator<Transport>& comm, Topology topology = {}, Algorithm algorithm = {})
       : engine_(comm, std::move(topology), std::move(algorithm)) {}
 
-  [[nodiscard]] request start(std::span<const T> input, std::span<T> output) {
+  /// `options`: a deadline, a tag, a stream (see allreduce).
+  [[nodiscard]] request start(std::span<const T> input, std::span<T> output, const call_options& options = {}) {
     // Nothing is reduced; the operation only names the element type.
     return engine_.start(schedule::collective::allgather, input.data(), input.size(), output.data(), output.size(),
-                         0, reduce::sum<T>{});
+                         0, reduce::sum<T>{}, options);
   }
   /// In place: this rank's input is already block rank() of `data`.
-  [[nodiscard]] request start(std::span<T> data) {
+  [[nodiscard]] request start(std::span<T> data, const call_options& options = {}) {
     const std::size_t n = data.size() / engine_.comm().size();
-    return start(data.subspan(n * engine_.comm().rank(), n), data);
+    return start(data.subspan(n * engine_.comm().rank(), n), data, options);
   }
 
   void operator()(std::span<const T> input, std::span<T> output) { start(input, output).wait(); }

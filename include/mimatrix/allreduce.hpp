@@ -37,13 +37,17 @@ class allreduce {
                      Reduction op = {})
       : engine_(comm, std::move(topology), std::move(algorithm)), op_(op) {}
 
-  /// Out of place: `output` = reduction of every rank's `input`. Equal sizes.
-  [[nodiscard]] request start(std::span<const value_type> input, std::span<value_type> output) {
+  /// Out of place: `output` = reduction of every rank's `input`. Equal sizes. `options`
+  /// may set a deadline, a tag and a stream (device buffers); the algorithm is the type's.
+  [[nodiscard]] request start(std::span<const value_type> input, std::span<value_type> output,
+                              const call_options& options = {}) {
     return engine_.start(schedule::collective::allreduce, input.data(), input.size(), output.data(), output.size(),
-                         0, op_);
+                         0, op_, options);
   }
   /// In place.
-  [[nodiscard]] request start(std::span<value_type> data) { return start(data, data); }
+  [[nodiscard]] request start(std::span<value_type> data, const call_options& options = {}) {
+    return start(data, data, options);
+  }
 
   void operator()(std::span<const value_type> input, std::span<value_type> output) { start(input, output).wait(); }
   void operator()(std::span<value_type> data) { start(data).wait(); }

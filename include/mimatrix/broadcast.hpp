@@ -29,12 +29,15 @@ class broadcast {
   explicit broadcast(communicator<Transport>& comm, Topology topology = {}, Algorithm algorithm = {})
       : engine_(comm, std::move(topology), std::move(algorithm)) {}
 
-  [[nodiscard]] request start(std::span<const T> input, std::span<T> output, int root) {
+  /// `options`: a deadline, a tag, a stream (see allreduce).
+  [[nodiscard]] request start(std::span<const T> input, std::span<T> output, int root, const call_options& options = {}) {
     return engine_.start(schedule::collective::broadcast, input.data(), input.size(), output.data(), output.size(),
-                         root, reduce::sum<T>{});
+                         root, reduce::sum<T>{}, options);
   }
   /// In place: `data` is the root's input and every rank's output.
-  [[nodiscard]] request start(std::span<T> data, int root) { return start(data, data, root); }
+  [[nodiscard]] request start(std::span<T> data, int root, const call_options& options = {}) {
+    return start(data, data, root, options);
+  }
 
   void operator()(std::span<const T> input, std::span<T> output, int root) { start(input, output, root).wait(); }
   void operator()(std::span<T> data, int root) { start(data, root).wait(); }

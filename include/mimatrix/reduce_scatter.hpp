@@ -28,14 +28,16 @@ class reduce_scatter {
                           Reduction op = {})
       : engine_(comm, std::move(topology), std::move(algorithm)), op_(op) {}
 
-  [[nodiscard]] request start(std::span<const value_type> input, std::span<value_type> output) {
+  /// `options`: a deadline, a tag, a stream (see allreduce).
+  [[nodiscard]] request start(std::span<const value_type> input, std::span<value_type> output,
+                              const call_options& options = {}) {
     return engine_.start(schedule::collective::reduce_scatter, input.data(), input.size(), output.data(),
-                         output.size(), 0, op_);
+                         output.size(), 0, op_, options);
   }
   /// In place: the result lands in block rank() of `data`.
-  [[nodiscard]] request start(std::span<value_type> data) {
+  [[nodiscard]] request start(std::span<value_type> data, const call_options& options = {}) {
     const std::size_t n = data.size() / engine_.comm().size();
-    return start(data, data.subspan(n * engine_.comm().rank(), n));
+    return start(data, data.subspan(n * engine_.comm().rank(), n), options);
   }
 
   void operator()(std::span<const value_type> input, std::span<value_type> output) { start(input, output).wait(); }

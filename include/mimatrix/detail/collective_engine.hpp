@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/communicator.hpp"
 #include "mimatrix/core/config.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/options.hpp"
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/engine_core.hpp"
@@ -49,11 +52,19 @@ class collective_engine {
 
   communicator<Transport>& comm() { return comm_; }
 
-  /// Checks the arguments, then starts the call. Counts are in elements.
+  /// Checks the arguments, then starts the call. Counts are in elements. `options` may
+  /// set a deadline, a tag and a stream; the algorithm is the type's.
   template <reduce::operation Op>
   request start(schedule::collective kind, const typename Op::value_type* in, std::size_t in_count,
-                typename Op::value_type* out, std::size_t out_count, int root, const Op&) {
-    return core_.start(kind, in, in_count, out, out_count, root, kernels_of<Op>());
+                typename Op::value_type* out, std::size_t out_count, int root, const Op&,
+                const call_options& options = {}) {
+    if (!options.algorithm.empty())  // before the call takes a sequence number: ranks stay in step
+      throw error(errc::invalid_argument, "rank " + std::to_string(comm_.rank()) +
+                                              ": a typed collective runs the algorithm of its type; "
+                                              "call_options::algorithm ('" + options.algorithm +
+                                              "') is for collectives<>");
+    return core_.start(kind, in, in_count, out, out_count, root, kernels_of<Op>(), options.timeout,
+                       options.stream ? &*options.stream : nullptr, options.tag);
   }
 
  private:

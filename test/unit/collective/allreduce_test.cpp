@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/broadcast.hpp"
+#include "mimatrix/device/host_port.hpp"
 #include "mimatrix/transport/inproc.hpp"
 #include "support/collective_checks.hpp"
 
@@ -40,6 +45,60 @@ TEST(allreduce, repeated_calls_reuse_cached_schedules_and_stay_correct) {
       std::vector<std::int32_t> v(100 + iteration % 3, r + iteration);
       sum(v);
       for (auto x : v) ASSERT_EQ(x, p * iteration + p * (p - 1) / 2) << "rank " << r << " iteration " << iteration;
+    }
+  });
+}
+
+// The typed façade takes call_options too: a tag (ranks that differ fail with mismatch), a
+// deadline of its own, and a stream for device buffers; an algorithm is refused, since
+// the type fixes it.
+TEST(allreduce, a_typed_call_takes_a_tag_a_deadline_and_a_stream_but_no_algorithm) {
+  using namespace std::chrono_literals;
+  device::host_port dev({.lag = std::chrono::microseconds(200)});
+  transport::run_inproc(3, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    allreduce<inproc, topology::ring, reduce::sum<std::int32_t>> sum(comm);
+    std::vector<std::int32_t> v(1000, r + 1);
+
+    call_options tagged;
+    tagged.tag = 4;
+    sum.start(v, tagged).wait();
+    EXPECT_EQ(v[999], 6);
+    call_options mine;
+    mine.tag = r == 2 ? 5 : 4;
+    std::error_code ec;
+    sum.start(v, mine).wait(ec);
+    EXPECT_EQ(ec, errc::mismatch) << "rank " << r;
+
+    call_options named;
+    named.algorithm = "ring";
+    try {
+      (void)sum.start(v, named);
+      ADD_FAILURE() << "rank " << r << ": a typed call took an algorithm";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(r)), std::string::npos) << e.what();
+    }
+
+    const device::stream s{&dev, dev.make_stream()};
+    call_options on_stream;
+    on_stream.stream = s;
+    std::vector<std::int32_t> d(5000, 0);
+    dev.enqueue(s.handle, [&] { std::fill(d.begin(), d.end(), r + 1); });  // a producer on the stream
+    auto pending = sum.start(d, on_stream);
+    std::vector<std::int32_t> seen;
+    dev.enqueue(s.handle, [&] { seen = d; });  // a consumer behind the call
+    dev.synchronize(s.handle);
+    pending.wait();
+    EXPECT_EQ(seen, std::vector<std::int32_t>(5000, 6)) << "rank " << r;
+    dev.free_stream(s.handle);
+
+    if (r == 1) {  // a deadline of its own: rank 1 calls a broadcast no one else does
+      broadcast<inproc, topology::ring, std::int32_t> bcast(comm);
+      call_options soon;
+      soon.timeout = 100ms;
+      bcast.start(v, 0, soon).wait(ec);
+      EXPECT_EQ(ec, errc::timeout);
     }
   });
 }
