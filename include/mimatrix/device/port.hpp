@@ -68,7 +68,7 @@ class port {
   /// Host memory that copies to and from the device run on asynchronously (pinned for
   /// CUDA: a copy from pageable memory would block the thread that queues it).
   virtual void* allocate_host(std::size_t bytes) { return ::operator new(bytes); }
-  virtual void free_host(void* p, std::size_t bytes) noexcept { ::operator delete(p, bytes); }
+  virtual void free_host(void* p, std::size_t /*bytes*/) noexcept { ::operator delete(p); }
 };
 
 }  // namespace mimatrix::device
