@@ -102,6 +102,16 @@ MIMATRIX_SCENARIO(watchdog_abort) {
   for (int t = 0; t < trials; ++t)
     if (trial(t, store)) return 1;
   bootstrap::barrier(*store, "abort_test/done", id.size, std::chrono::seconds(10));
+  // Rank 0 serves the store: it leaves only after every other rank has read the barrier's
+  // end (CI flake: rank 0 arrived last, returned and exited while rank 2 still waited on
+  // the store for the end).
+  if (id.rank != 0) {
+    store->add("abort_test/left", 1);
+    return 0;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (store->add("abort_test/left", 0) < id.size - 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return 0;
 }
 
