@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mimatrix/algorithm/automatic.hpp"  // collectives<> on hierarchical, also when separately compiled
 #include "mimatrix/collectives.hpp"
 #include "mimatrix/device/host_port.hpp"
 #include "mimatrix/topology/bigraph.hpp"
