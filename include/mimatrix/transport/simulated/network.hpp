@@ -261,7 +261,7 @@ inline flow_id network::start(std::span<const link_id> path, double bytes, doubl
   if (path.size() > std::numeric_limits<std::uint32_t>::max() / 4) fail("path too long");
   link_id last = 0;
   for (link_id l : path) last = std::max(last, l);
-  check_link(last);
+  if (last >= links_.size()) check_link(last);
   if (now > now_) {
     recompute();  // the flows so far ran at their rates up to `now`
     now_ = now;
@@ -285,21 +285,33 @@ inline flow_id network::start(std::span<const link_id> path, double bytes, doubl
   }
   flow_state& s = flows_[f];
   s.count = n;
+  bool alone = true;  // no other flow on any link of the path (nor this one twice)
+  double least = infinity;
   for (std::uint32_t k = 0; k < n; ++k) {
     const link_id id = path[k];
     link_state& l = links_[id];
+    alone = alone && l.count == 0;
+    least = std::min(least, l.capacity);
     if (l.count == l.room) grow_users(l);
     hops_[s.first + k] = {id, l.count};
     users_[l.first + l.count++] = {f, s.first + k};
-    mark_dirty(id, l);
   }
-  fresh_.push_back(f);
   s.remaining = bytes;
   s.since = now_;
-  s.rate = 0;
   s.running = true;
   ++s.version;
   ++active_;
+  if (alone) {
+    // Its own component: max-min gives it its least capacity and changes no other rate,
+    // so no recomputation (a contention-free cluster never needs one).
+    s.rate = least;
+    finishes_.push_back({now_ + bytes / least, f, s.version});
+    std::push_heap(finishes_.begin(), finishes_.end(), detail::later_finish{});
+    return f;
+  }
+  s.rate = 0;
+  for (std::uint32_t k = 0; k < n; ++k) mark_dirty(path[k], links_[path[k]]);
+  fresh_.push_back(f);
   return f;
 }
 
@@ -349,17 +361,22 @@ inline void network::finish_until(double t, std::vector<flow_id>& done) {
     if (!stale(*it)) due_[it->flow / 64] |= std::uint64_t{1} << (it->flow % 64);
   finishes_.erase(due, finishes_.end());
   std::make_heap(finishes_.begin(), finishes_.end(), detail::later_finish{});
+  const std::size_t freed = free_.size();
   for (std::size_t w = 0; w < due_.size(); ++w)
     for (; due_[w] != 0; due_[w] &= due_[w] - 1) {
       const auto f = static_cast<flow_id>(64 * w + static_cast<std::size_t>(std::countr_zero(due_[w])));
       end(f);
       done.push_back(f);
     }
+  // The least id is reused first: flows started in order then end in that order.
+  std::reverse(free_.begin() + static_cast<std::ptrdiff_t>(freed), free_.end());
 }
 
 inline void network::end(flow_id f) {
   flow_state& s = flows_[f];
   const double sent = s.remaining;  // the rest, all of it: rounding must not lose bytes
+  bool alone = true;  // it leaves empty links only: no other rate changes
+  for (std::uint32_t k = 0; k < s.count; ++k) alone = alone && links_[hops_[s.first + k].link].count == 1;
   for (std::uint32_t k = 0; k < s.count; ++k) {
     const hop h = hops_[s.first + k];  // re-read: a swap below may have moved this flow's own slot
     link_state& l = links_[h.link];
@@ -367,9 +384,9 @@ inline void network::end(flow_id f) {
     const user last = users_[l.first + --l.count];
     users_[l.first + h.slot] = last;
     hops_[last.hop].slot = h.slot;
-    mark_dirty(h.link, l);
+    if (!alone) mark_dirty(h.link, l);
   }
-  change_level_ = std::min(change_level_, s.rate);
+  if (!alone) change_level_ = std::min(change_level_, s.rate);
   s.remaining = 0;
   s.rate = 0;
   s.running = false;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -16,11 +17,20 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/simulated/compute_costs.hpp"
+#include "mimatrix/transport/step_bookkeeping.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::simulated::detail {
 
 inline constexpr std::uint32_t no_message = 0xFFFFFFFFu;
+
+/// A step's depth in chains of messages, and its message's (depths saturate at 65534).
+/// The simulation keeps them for all ranks in one table, step by step: ranks that run in
+/// step then touch neighbouring entries, not one cache line each.
+struct step_depth {
+  std::uint16_t known = 0;     // depth + 1; 0: not yet settled
+  std::uint16_t incoming = 0;  // of the message a receive took
+};
 
 /// A schedule's receives by (peer, tag), sorted: a message finds its step. Generators
 /// emit them in order, so the sort is usually skipped. Shared by the ranks that share
@@ -68,17 +78,48 @@ class rank_host {
 class rank_execution final : public step_executor {
  public:
   /// `plan` may be another rank's whose schedule is this one's up to a rotation of the
-  /// ranks (without payload only): its peers are then shifted by the difference.
+  /// ranks (without payload only): its peers are then shifted by the difference. Step
+  /// i's depth is depths[i * stride]. `book` is handed to the executor.
   rank_execution(rank_host& sim, progress_engine& engine, int rank, std::shared_ptr<const schedule::schedule> plan,
                  std::shared_ptr<const receive_index> receives, const signature& sig,
-                 const reduce::host_kernels& kernels, const std::byte* input, std::byte* output)
-      : step_executor(engine, std::move(plan), sig, kernels, std::chrono::hours(24), nullptr),  // time is simulated
+                 const reduce::host_kernels& kernels, const std::byte* input, std::byte* output,
+                 step_depth* depths, std::size_t stride, std::unique_ptr<step_bookkeeping> book)
+      : rank_execution(sim, engine, rank, std::move(plan), std::move(receives), sig, kernels, input, output, depths,
+                       stride, std::move(book), *book) {}
+
+  ~rank_execution() override {
+    if (!finished()) abandon(errc::aborted, "transport::simulated: the simulation ended before this rank's call");
+    leave();
+  }
+
+  int rank() const { return rank_; }
+  /// Rounds until nothing moves; true once the call has ended. A round after which
+  /// round_idle() holds would move nothing: it is not run.
+  bool run_rounds() {
+    while (!finished() && advance() && !round_idle()) {
+    }
+    return finished();
+  }
+  /// Whether a round now would do nothing: no step is ready or refused, and one is still
+  /// with the simulation (so the call cannot end yet). Such a rank is not given a round:
+  /// thousands of ranks in step would each take two rounds a message for nothing.
+  bool round_idle() const { return outstanding_ > 0 && book_.ready.empty() && book_.queued.empty(); }
+  std::string why_stuck() const { return stuck_reason(); }
+
+ private:
+  rank_execution(rank_host& sim, progress_engine& engine, int rank, std::shared_ptr<const schedule::schedule> plan,
+                 std::shared_ptr<const receive_index> receives, const signature& sig,
+                 const reduce::host_kernels& kernels, const std::byte* input, std::byte* output, step_depth* depths,
+                 std::size_t stride, std::unique_ptr<step_bookkeeping>&& book, const step_bookkeeping& view)
+      : step_executor(engine, std::move(plan), sig, kernels, std::chrono::hours(24), std::move(book)),  // time is simulated
+        book_(view),
         sim_(sim),
         rank_(rank),
         size_(this->plan().desc.size),
         shift_(((rank - this->plan().rank) % size_ + size_) % size_),
         receives_(std::move(receives)),
-        depths_(this->plan().steps.size()) {
+        depths_(depths),
+        stride_(stride) {
     if (output) {
       scratch_.resize(this->plan().scratch_bytes);
       held_.assign(this->plan().steps.size(), no_message);
@@ -87,35 +128,36 @@ class rank_execution final : public step_executor {
     start();
   }
 
-  ~rank_execution() override {
-    if (!finished()) abandon(errc::aborted, "transport::simulated: the simulation ended before this rank's call");
-    leave();
-  }
+ public:
+  // Thousands of ranks' state is far apart and cold at each one's turn: the simulation
+  // loads what a rank's next turn touches a few turns ahead, so that misses overlap. These
+  // read this object and its bookkeeping, which the simulation loaded before.
 
-  int rank() const { return rank_; }
-  /// Rounds until nothing moves; true once the call has ended.
-  bool run_rounds() {
-    while (!finished() && advance()) {
-    }
-    return finished();
-  }
-  std::string why_stuck() const { return stuck_reason(); }
-
-  /// Starts loading what the next arrival, or step `id`, will touch (see prefetch()).
+  /// What the next arrival touches: the receive it most likely matches.
   void prefetch_arrival() const {
-    if (next_receive_ >= receives_->steps.size()) return;
-    __builtin_prefetch(receives_->keys.data() + next_receive_);
-    __builtin_prefetch(receives_->steps.data() + next_receive_);
+    if (next_receive_ < receives_->steps.size()) prefetch_step(receives_->steps[next_receive_]);
   }
-  /// The steps its next round will start.
-  void prefetch_ready() const { prefetch_ready_steps(); }
+  /// What a round's ready steps touch, and the list itself.
+  void prefetch_ready_list() const { __builtin_prefetch(book_.ready.data()); }
+  void prefetch_ready() const {
+    for (schedule::step_id id : book_.ready) {
+      prefetch_step(id);
+      for (schedule::step_id dep : plan().deps(id)) __builtin_prefetch(depths_ + dep * stride_);
+    }
+  }
+  /// What running or completing step `id` touches: its state, and its successors' counts.
   void prefetch_step(schedule::step_id id) const {
-    prefetch(id);
-    __builtin_prefetch(depths_.data() + id);
+    __builtin_prefetch(book_.steps.data() + id, 1);
+    __builtin_prefetch(depths_ + id * stride_, 1);
+    __builtin_prefetch(book_.ready.data(), 1);
+    for (schedule::step_id next : plan().successors(id)) __builtin_prefetch(book_.pending.data() + next, 1);
   }
 
   /// Step `id` has ended (a send's last byte left, a write landed, work done).
-  void finish(schedule::step_id id) { complete(id); }
+  void finish(schedule::step_id id) {
+    --outstanding_;
+    complete(id);
+  }
   /// A raised flag.
   void flag(std::uint32_t tag, int writer) { raise_flag(tag, writer); }
   /// A message from `from` with `tag` arrived, with `depth` messages behind it; its data
@@ -134,7 +176,7 @@ class rank_execution final : public step_executor {
     }
     next_receive_ = at + 1;
     const schedule::step_id id = receives_->steps[at];
-    depths_[id].incoming = saturated(depth);
+    depths_[id * stride_].incoming = saturated(depth);
     if (!held_.empty()) held_[id] = m;
     arrive(id, m == no_message ? nullptr : sim_.data(m));
   }
@@ -151,6 +193,7 @@ class rank_execution final : public step_executor {
     if (st.kind == schedule::step_kind::recv || st.kind == schedule::step_kind::recv_reduce)
       return posted::started;  // matched when its message arrives
     const std::uint32_t depth = settle(id, 0);
+    ++outstanding_;  // first: a flag or an empty send may finish() within send()
     sim_.send(rank_, shifted(st.peer), id, st,
               st.kind == schedule::step_kind::notify || !mem_.output ? nullptr : mem_.read(st.src), depth);
     return posted::started;
@@ -164,7 +207,7 @@ class rank_execution final : public step_executor {
 
   bool land(schedule::step_id id, const std::byte* data) override {
     const schedule::step& st = step_at(id);
-    settle(id, depths_[id].incoming);
+    settle(id, depths_[id * stride_].incoming);
     step_executor::land(id, data);
     if (!held_.empty() && held_[id] != no_message) {
       sim_.release(held_[id]);
@@ -195,6 +238,7 @@ class rank_execution final : public step_executor {
   /// True (done now) when the work is free; else the processor takes it on.
   bool charge(schedule::step_id id, std::uint64_t bytes, double rate) {
     if (rate <= 0 || bytes == 0) return true;
+    ++outstanding_;
     sim_.compute(rank_, id, double(bytes) / rate);
     return false;
   }
@@ -204,12 +248,12 @@ class rank_execution final : public step_executor {
   std::uint32_t settle(schedule::step_id id, std::uint32_t incoming) {
     std::uint32_t d = incoming;
     for (schedule::step_id dep : plan().deps(id)) d = std::max(d, depth_of(dep));
-    depths_[id].known = std::uint16_t(saturated(d) + 1);
+    depths_[id * stride_].known = std::uint16_t(saturated(d) + 1);
     return d;
   }
   /// A done step's depth; waits are joined inside the executor, so theirs is found here.
   std::uint32_t depth_of(schedule::step_id id) {
-    if (depths_[id].known) return depths_[id].known - 1;
+    if (const std::uint16_t known = depths_[id * stride_].known) return known - 1u;
     const schedule::step& st = step_at(id);
     return settle(id, st.kind == schedule::step_kind::wait && st.count ? sim_.flag_depth(rank_, st.tag) : 0);
   }
@@ -218,20 +262,19 @@ class rank_execution final : public step_executor {
   int shifted(int peer) const { return shift_ == 0 ? peer : (peer + shift_) % size_; }
   int unshifted(int rank) const { return shift_ == 0 ? rank : (rank - shift_ + size_) % size_; }
 
+  static std::uint16_t saturated(std::uint32_t d) { return std::uint16_t(std::min<std::uint32_t>(d, 65534)); }
+
+  // What every turn reads first, in one cache line.
+  const step_bookkeeping& book_;  // the executor's, read only (round_idle(), prefetches)
   rank_host& sim_;
   int rank_, size_, shift_;
+  int outstanding_ = 0;  // steps posted to the simulation (sends, writes, notifies, work) not yet finished
   std::shared_ptr<const receive_index> receives_;
-  /// A step's depth in chains of messages, and its message's: one array of 4 bytes a
-  /// step, since thousands of ranks hold one each (depths saturate at 65534).
-  struct depth {
-    std::uint16_t known = 0;     // depth + 1; 0: not yet settled
-    std::uint16_t incoming = 0;  // of the message a receive took
-  };
-  static std::uint16_t saturated(std::uint32_t d) { return std::uint16_t(std::min<std::uint32_t>(d, 65534)); }
-  std::vector<depth> depths_;
+  step_depth* depths_;  // step i's: depths_[i * stride_]
+  std::size_t stride_;
+  std::size_t next_receive_ = 0;
   std::vector<std::uint32_t> held_;  // with payloads: the message a receive has not consumed yet
   std::vector<std::byte> scratch_;
-  std::size_t next_receive_ = 0;
 };
 
 }  // namespace mimatrix::transport::simulated::detail
