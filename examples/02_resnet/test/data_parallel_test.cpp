@@ -102,6 +102,11 @@ double worst_difference(const std::vector<std::vector<float>>& a, const std::vec
   return worst / largest;
 }
 
+// How far one rank's weights may be from the whole batch's, relative to the largest: float
+// summation order alone reached 2.4e-4 over 120 random data sets (1e-4 failed about one
+// run in 40), local batch norm was never under 1.7e-2 over 40.
+constexpr double weight_tolerance = 2e-3;
+
 TEST(data_parallel, ranks_with_synchronized_batch_norm_end_a_step_as_one_rank_on_the_whole_batch) {
   const fixture_data d = make_data(std::random_device{}());
   run_settings one;
@@ -114,7 +119,7 @@ TEST(data_parallel, ranks_with_synchronized_batch_norm_end_a_step_as_one_rank_on
     const run_result parallel = train(d, many);
     SCOPED_TRACE(testing::PrintToString(batches));
     // Summation order differs (the allreduce's, the statistics' split): float tolerance.
-    EXPECT_LT(worst_difference(parallel.weights[0], alone.weights[0]), 1e-4);
+    EXPECT_LT(worst_difference(parallel.weights[0], alone.weights[0]), weight_tolerance);
     EXPECT_NEAR(parallel.last_loss[0], alone.last_loss[0], 1e-4);
     for (std::size_t r = 1; r < batches.size(); ++r)
       EXPECT_EQ(parallel.weights[r], parallel.weights[0]) << "rank " << r << " differs from rank 0";
@@ -127,7 +132,7 @@ TEST(data_parallel, local_batch_norm_differs_from_one_rank_so_the_check_above_ca
   run_settings two;
   two.batches = {4, 4};
   const run_result parallel = train(d, two);
-  EXPECT_GT(worst_difference(parallel.weights[0], alone.weights[0]), 1e-4);
+  EXPECT_GT(worst_difference(parallel.weights[0], alone.weights[0]), weight_tolerance);
 }
 
 TEST(data_parallel, wait_free_and_after_backward_allreduces_give_the_same_bits) {
