@@ -5,11 +5,10 @@
 # mesh and BiGraph are compiled once, here. Installed, the package makes the same target
 # in the consumer's project (cmake/mimatrix-compiled-target.cmake).
 include(${CMAKE_CURRENT_LIST_DIR}/mimatrix-compiled-target.cmake)
-set(MIMATRIX_COMPILED_SOURCE ${CMAKE_CURRENT_LIST_DIR}/mimatrix_compiled.cpp)
 if(TARGET mimatrix_fabric)
-  mimatrix_compiled_target(mimatrix_compiled ${MIMATRIX_COMPILED_SOURCE} mimatrix_core mimatrix_fabric)
+  mimatrix_compiled_target(mimatrix_compiled ${CMAKE_CURRENT_LIST_DIR} mimatrix_core mimatrix_fabric)
 else()
-  mimatrix_compiled_target(mimatrix_compiled ${MIMATRIX_COMPILED_SOURCE} mimatrix_core)
+  mimatrix_compiled_target(mimatrix_compiled ${CMAKE_CURRENT_LIST_DIR} mimatrix_core)
 endif()
 add_library(mimatrix::compiled ALIAS mimatrix_compiled)
 mimatrix_warnings(mimatrix_compiled)

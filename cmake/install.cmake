@@ -26,10 +26,11 @@ configure_package_config_file(cmake/mimatrix-config.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/mimatrix-config-version.cmake
   COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
 # mimatrix::compiled is not installed built: the config makes it in the consumer's project
-# from these two files (cmake/mimatrix-compiled-target.cmake says why).
+# from these files (cmake/mimatrix-compiled-target.cmake says why).
 install(FILES ${PROJECT_BINARY_DIR}/mimatrix-config.cmake
               cmake/libfabric.cmake
               cmake/mimatrix-compiled-target.cmake
               cmake/mimatrix_compiled.cpp
+              cmake/mimatrix_compiled_fabric.cpp
               ${PROJECT_BINARY_DIR}/mimatrix-config-version.cmake
         DESTINATION ${MIMATRIX_CMAKE_DIR})

@@ -1,2 +1,2 @@
-// mimatrix::compiled: the one translation unit of mimatrix's separately compiled part.
-#include "mimatrix/impl/src.hpp"
+// mimatrix::compiled: its unit without transport::fabric (impl/src_core.hpp).
+#include "mimatrix/impl/src_core.hpp"

@@ -1,4 +1,5 @@
-// Separate compilation: defines the bindings that compiled_engines.hpp declares extern.
+// Separate compilation: defines the bindings that compiled_engines.hpp declares extern,
+// but fabric's.
 #pragma once
 
 #include "mimatrix/algorithm/automatic.hpp"
@@ -11,10 +12,8 @@
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
 #include "mimatrix/transport/inproc.hpp"
-#if MIMATRIX_COMPILED_FABRIC_ON
-#include "mimatrix/transport/fabric.hpp"
-#endif
 
-MIMATRIX_COMPILED_TRANSPORTS(MIMATRIX_COMPILED_FACE)
+// fabric's binding is instantiated with the rest of fabric (impl/src_fabric.hpp).
+MIMATRIX_COMPILED_FACE(::mimatrix::transport::inproc)
 MIMATRIX_COMPILED_TOPOLOGIES(MIMATRIX_COMPILED_AUTOMATIC)
 MIMATRIX_COMPILED_ALGORITHMS(MIMATRIX_COMPILED_BINDING)
