@@ -180,9 +180,10 @@ struct schedule {
 };
 
 /// Marks step `id` of `s` done for an executor: decrements the unfinished-dependency
-/// count of each successor and appends those that reach zero to `ready`.
-inline void release_successors(const schedule& s, step_id id, std::vector<std::uint32_t>& pending,
-                               std::vector<step_id>& ready) {
+/// count of each successor (`pending[k]`, a vector or a transport's column) and appends
+/// those that reach zero to `ready`.
+template <class Counts>
+void release_successors(const schedule& s, step_id id, Counts& pending, std::vector<step_id>& ready) {
   for (step_id k : s.successors(id))
     if (--pending[k] == 0) ready.push_back(k);
 }

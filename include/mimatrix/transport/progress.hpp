@@ -28,7 +28,10 @@ class execution : public mimatrix::detail::operation {
  public:
   bool test(std::error_code& ec) final;
   void wait(std::error_code& ec) final;
-  const std::string& message() const final { return message_; }
+  const std::string& message() const final {
+    static const std::string none;
+    return ending_ ? ending_->message : none;
+  }
 
   bool finished() const { return finished_; }
 
@@ -51,8 +54,7 @@ class execution : public mimatrix::detail::operation {
 
   void succeed() { finished_ = true; }
   void end_with(errc code, std::string message) {
-    ec_ = make_error_code(code);
-    message_ = std::move(message);
+    ending_ = std::make_unique<ending>(ending{make_error_code(code), std::move(message)});
     finished_ = true;
   }
   progress_engine& engine() { return engine_; }
@@ -63,8 +65,12 @@ class execution : public mimatrix::detail::operation {
   bool finished_ = false;
   bool entered_ = false;
   int idle_rounds_ = 0;
-  std::error_code ec_;
-  std::string message_;
+  struct ending {
+    std::error_code ec;
+    std::string message;
+  };
+  std::unique_ptr<ending> ending_;  // a failed call's; none while it runs or once it succeeded
+  std::error_code ending_code() const { return ending_ ? ending_->ec : std::error_code{}; }
 };
 
 /// How a transport waits when a round moved nothing: a snapshot taken before the round
@@ -206,13 +212,13 @@ class progress_engine {
 
 inline bool execution::test(std::error_code& ec) {
   const bool done = engine_.test(*this);
-  ec = done ? ec_ : std::error_code{};
+  ec = done ? ending_code() : std::error_code{};
   return done;
 }
 
 inline void execution::wait(std::error_code& ec) {
   engine_.wait(*this);
-  ec = ec_;
+  ec = ending_code();
 }
 
 inline void execution::enter() {

@@ -147,8 +147,8 @@ class step_executor : public execution {
   /// overlaps their cache misses instead of taking them one by one.
   void prefetch(schedule::step_id id) const {
     __builtin_prefetch(plan_->steps.data() + id);
-    __builtin_prefetch(book_->steps.data() + id);
-    __builtin_prefetch(book_->pending.data() + id);
+    __builtin_prefetch(book_->steps.address(id));
+    __builtin_prefetch(book_->pending.address(id));
     __builtin_prefetch(plan_->dep_begin.data() + id);
     __builtin_prefetch(plan_->successor_begin.data() + id);
   }
@@ -161,10 +161,10 @@ class step_executor : public execution {
 
   const schedule::schedule& plan() const { return *plan_; }
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
-  const signature& sig() const { return sig_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  const signature& sig() const { return slow_->sig; }
+  std::chrono::milliseconds timeout() const { return slow_->timeout; }
   int last_peer() const final { return last_peer_; }
-  std::size_t flags_expected() const { return flags_expected_; }
+  std::size_t flags_expected() const { return slow_->flags_expected; }
   std::size_t flags_raised() const { return book_->flag_sources.size(); }
   error_context context(schedule::step_id id) const;
   error_context stuck_context() const;
@@ -193,21 +193,28 @@ class step_executor : public execution {
   std::int64_t stuck_step() const;
   void check_time();
 
+  // What every round reads, first and together (with execution's, two cache lines);
+  // what only a call that waits long or fails reads, apart (slow_). A simulator keeps
+  // thousands of these, and every line of each is loaded at each of its turns.
   std::shared_ptr<const schedule::schedule> plan_;
-  signature sig_;
-  const reduce::host_kernels& kernels_;
-  std::chrono::milliseconds timeout_;
   std::unique_ptr<step_bookkeeping> book_;
+  std::size_t completed_ = 0;
   std::unique_ptr<device_steps> device_;
   std::unique_ptr<host_staging> staging_;
-  std::vector<schedule::step_id> unstaged_;  // ready, but the input they read is not on the host yet
-  bool concluded_ = false;  // conclude() said yes; the output may still be on its way back
-  std::size_t completed_ = 0;
-  std::size_t flags_expected_ = 0;  // the sum of the waits' counts
-  clock::time_point deadline_, probe_at_, ended_check_at_;
-  bool clock_started_ = false;
+  const reduce::host_kernels& kernels_;
   int last_peer_ = -1;  // of the last receive done
-  bool probed_ = false;
+  bool concluded_ = false;  // conclude() said yes; the output may still be on its way back
+  struct slow_state {
+    slow_state(const signature& s, std::chrono::milliseconds t) : sig(s), timeout(t) {}
+    signature sig;
+    std::chrono::milliseconds timeout;
+    std::vector<schedule::step_id> unstaged;  // ready, but the input they read is not on the host yet
+    std::size_t flags_expected = 0;           // the sum of the waits' counts
+    clock::time_point deadline, probe_at, ended_check_at;
+    bool clock_started = false;
+    bool probed = false;
+  };
+  std::unique_ptr<slow_state> slow_;
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this
@@ -227,13 +234,14 @@ inline step_executor::step_executor(progress_engine& engine, std::shared_ptr<con
                                     std::chrono::milliseconds timeout, std::unique_ptr<step_bookkeeping> book)
     : execution(engine),
       plan_(std::move(plan)),
-      sig_(sig),
+      book_(book ? std::move(book) : std::make_unique<step_bookkeeping>()),
       kernels_(kernels),
-      timeout_(bounded_timeout(timeout)),  // a per-call milliseconds::max() must not overflow the deadline
-      book_(book ? std::move(book) : std::make_unique<step_bookkeeping>()) {
+      // a per-call milliseconds::max() must not overflow the deadline
+      slow_(std::make_unique<slow_state>(sig, bounded_timeout(timeout))) {
   const std::size_t n = plan_->steps.size();
-  book_->pending.resize(n);
-  book_->steps.assign(n, step_bookkeeping::status{});
+  const bool counted = book_->pending.lent();  // the lender set the counts (step_column::lend)
+  if (!counted) book_->pending.reset(n, 0);
+  if (!book_->steps.lent()) book_->steps.reset(n, step_bookkeeping::status{});
   book_->ready.clear();
   book_->queued.clear();
   book_->flag_waits.clear();
@@ -242,9 +250,9 @@ inline step_executor::step_executor(progress_engine& engine, std::shared_ptr<con
   bool waits = false;
   for (std::size_t i = 0; i < n; ++i) {
     const schedule::step& st = plan_->steps[i];
-    book_->pending[i] = static_cast<std::uint32_t>(plan_->deps(static_cast<schedule::step_id>(i)).size());
+    if (!counted) book_->pending[i] = static_cast<std::uint32_t>(plan_->deps(static_cast<schedule::step_id>(i)).size());
     if (st.kind == schedule::step_kind::wait && st.count > 0) {
-      flags_expected_ += st.count;
+      slow_->flags_expected += st.count;
       most_tag = std::max(most_tag, st.tag);
       waits = true;
     }
@@ -254,8 +262,8 @@ inline step_executor::step_executor(progress_engine& engine, std::shared_ptr<con
 
 inline void step_executor::start() {
   if (!finished()) {
-    for (std::size_t i = 0; i < plan_->steps.size(); ++i)
-      if (book_->pending[i] == 0) book_->ready.push_back(static_cast<schedule::step_id>(i));
+    for (std::size_t i = 0; i < plan_->steps.size(); ++i)  // the plan, not the counts: one cache line a step when lent
+      if (plan_->dep_begin[i + 1] == plan_->dep_begin[i]) book_->ready.push_back(static_cast<schedule::step_id>(i));
     while (!finished() && advance()) {
     }
   }
@@ -296,9 +304,9 @@ inline void step_executor::idle(int rounds) {
 
 inline bool step_executor::start_ready() {
   auto& ready = book_->ready;
-  if (staging_ && !unstaged_.empty()) {  // steps that waited for their input: again
-    ready.insert(ready.end(), unstaged_.begin(), unstaged_.end());
-    unstaged_.clear();
+  if (staging_ && !slow_->unstaged.empty()) {  // steps that waited for their input: again
+    ready.insert(ready.end(), slow_->unstaged.begin(), slow_->unstaged.end());
+    slow_->unstaged.clear();
   }
   if (ready.empty()) return false;
   bool started = false;
@@ -307,7 +315,7 @@ inline bool step_executor::start_ready() {
     const schedule::step_id id = ready[k];
     const schedule::step& st = step_at(id);
     if (staging_ && !staging_->readable(st)) {  // its input is still on its way to the host
-      unstaged_.push_back(id);
+      slow_->unstaged.push_back(id);
       continue;
     }
     started = true;

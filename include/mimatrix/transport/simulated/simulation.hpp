@@ -126,6 +126,10 @@ class simulation final : private detail::rank_host {
   detail::packed_objects<detail::rank_execution> ranks_;  // in rank order, streamed through
   std::vector<const step_bookkeeping*> books_;              // each rank's executor's, to prefetch
   std::vector<detail::step_depth> depths_;                 // step i of rank r: [i * ranks + r]
+  // The executors' per-step state, likewise step by step (step_column::lend): ranks that
+  // run in step share its cache lines, as they share the depths'.
+  std::vector<std::uint32_t> pending_;
+  std::vector<step_bookkeeping::status> statuses_;
   std::vector<int> touched_;
   std::vector<char> is_touched_;
   std::vector<link_id> path_;
@@ -187,6 +191,8 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
     most_steps = std::max(most_steps, plan->steps.size());
   }
   depths_.assign(most_steps * std::size_t(p), {});
+  pending_.assign(most_steps * std::size_t(p), 0);
+  statuses_.assign(most_steps * std::size_t(p), {});
   // Each rank's state is allocated by kind, rank after rank (engines, bookkeeping, its
   // arrays), not rank by rank: the same kind of state of ranks in step then lies close.
   for (int r = 0; r < p; ++r) engines_.push_back(std::make_unique<progress_engine>(std::make_unique<detail::no_pause>()));
@@ -205,8 +211,15 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
     }
     books[std::size_t(r)]->ready.reserve(std::max<std::size_t>(roots, 16));
   }
-  for (int r = 0; r < p; ++r) books[std::size_t(r)]->pending.reserve(plans[std::size_t(r)]->steps.size());
-  for (int r = 0; r < p; ++r) books[std::size_t(r)]->steps.reserve(plans[std::size_t(r)]->steps.size());
+  for (std::size_t i = 0; i < most_steps; ++i)  // step by step, as the table lies
+    for (int r = 0; r < p; ++r)
+      if (const auto& plan = *plans[std::size_t(r)]; i < plan.steps.size())
+        pending_[i * std::size_t(p) + std::size_t(r)] = plan.dep_begin[i + 1] - plan.dep_begin[i];
+  for (int r = 0; r < p; ++r) {
+    const std::size_t n = plans[std::size_t(r)]->steps.size();
+    books[std::size_t(r)]->pending.lend(pending_.data() + r, std::size_t(p), n);
+    books[std::size_t(r)]->steps.lend(statuses_.data() + r, std::size_t(p), n);
+  }
   indexed = nullptr;
   for (int r = 0; r < p; ++r) {
     const auto& plan = plans[std::size_t(r)];
@@ -305,6 +318,8 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
   ranks_.clear();
   engines_.clear();
   depths_ = {};
+  pending_ = {};
+  statuses_ = {};
   result_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
   return std::move(result_);
 }
@@ -393,8 +408,9 @@ inline void simulation::prefetch_rank(int rank) const {
   const std::byte* object = ranks_.address(std::size_t(rank));
   for (std::size_t at = 0; at + 64 < sizeof(detail::rank_execution); at += 64) __builtin_prefetch(object + at, 1);
   const auto* book = reinterpret_cast<const std::byte*>(books_[std::size_t(rank)]);
-  __builtin_prefetch(book);
-  __builtin_prefetch(book + offsetof(step_bookkeeping, queued) + sizeof(step_bookkeeping::queued) - 1);
+  constexpr std::size_t hot = offsetof(step_bookkeeping, queued) + sizeof(step_bookkeeping::queued);
+  for (std::size_t at = 0; at < hot; at += 64) __builtin_prefetch(book + at);
+  __builtin_prefetch(book + hot - 1);
 }
 
 inline void simulation::enqueue(std::uint32_t m) {

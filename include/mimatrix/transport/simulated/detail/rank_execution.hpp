@@ -147,10 +147,10 @@ class rank_execution final : public step_executor {
   }
   /// What running or completing step `id` touches: its state, and its successors' counts.
   void prefetch_step(schedule::step_id id) const {
-    __builtin_prefetch(book_.steps.data() + id, 1);
+    __builtin_prefetch(book_.steps.address(id), 1);
     __builtin_prefetch(depths_ + id * stride_, 1);
     __builtin_prefetch(book_.ready.data(), 1);
-    for (schedule::step_id next : plan().successors(id)) __builtin_prefetch(book_.pending.data() + next, 1);
+    for (schedule::step_id next : plan().successors(id)) __builtin_prefetch(book_.pending.address(next), 1);
   }
 
   /// Step `id` has ended (a send's last byte left, a write landed, work done).
