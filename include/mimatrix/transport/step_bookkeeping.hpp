@@ -1,7 +1,9 @@
 // The step executor's per-call state: a count of unfinished dependencies and a status
-// byte a step, and the lists of steps ready, refused and waiting for flags.
+// byte a step, the lists of steps ready, refused and waiting for flags, and the call's
+// clock.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -67,6 +69,15 @@ struct step_bookkeeping {
   std::vector<schedule::step_id> ready, queued, flag_waits;
   std::vector<std::uint32_t> flags;                         // flags arrived, by tag
   std::vector<std::pair<std::uint32_t, int>> flag_sources;  // (tag, writer) of each flag
+  std::vector<schedule::step_id> unstaged;  // ready, but the input they read is not on the host yet
+
+  /// The call's clock: read only by a call that waits (step_executor::idle), so it is kept
+  /// here, off the executor's object, which every round reads.
+  struct call_clock {
+    std::chrono::steady_clock::time_point deadline, probe_at, ended_check_at;
+    bool started = false;
+    bool probed = false;  // the liveness probe has run
+  } clock;
 };
 
 }  // namespace mimatrix::transport

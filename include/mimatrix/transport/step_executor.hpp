@@ -161,10 +161,10 @@ class step_executor : public execution {
 
   const schedule::schedule& plan() const { return *plan_; }
   const schedule::step& step_at(schedule::step_id id) const { return plan_->steps[id]; }
-  const signature& sig() const { return slow_->sig; }
-  std::chrono::milliseconds timeout() const { return slow_->timeout; }
+  const signature& sig() const { return sig_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
   int last_peer() const final { return last_peer_; }
-  std::size_t flags_expected() const { return slow_->flags_expected; }
+  std::size_t flags_expected() const { return flags_expected_; }
   std::size_t flags_raised() const { return book_->flag_sources.size(); }
   error_context context(schedule::step_id id) const;
   error_context stuck_context() const;
@@ -193,28 +193,21 @@ class step_executor : public execution {
   std::int64_t stuck_step() const;
   void check_time();
 
-  // What every round reads, first and together (with execution's, two cache lines);
-  // what only a call that waits long or fails reads, apart (slow_). A simulator keeps
-  // thousands of these, and every line of each is loaded at each of its turns.
+  // What every round reads comes first, together (with execution's and mem_, two cache
+  // lines); the call's clock, which only a call that waits long reads, is kept in the
+  // bookkeeping (step_bookkeeping::clock). A simulator keeps thousands of executors, and
+  // every line of each is loaded at each of its turns.
   std::shared_ptr<const schedule::schedule> plan_;
   std::unique_ptr<step_bookkeeping> book_;
   std::size_t completed_ = 0;
   std::unique_ptr<device_steps> device_;
   std::unique_ptr<host_staging> staging_;
   const reduce::host_kernels& kernels_;
-  int last_peer_ = -1;  // of the last receive done
+  int last_peer_ = -1;      // of the last receive done
   bool concluded_ = false;  // conclude() said yes; the output may still be on its way back
-  struct slow_state {
-    slow_state(const signature& s, std::chrono::milliseconds t) : sig(s), timeout(t) {}
-    signature sig;
-    std::chrono::milliseconds timeout;
-    std::vector<schedule::step_id> unstaged;  // ready, but the input they read is not on the host yet
-    std::size_t flags_expected = 0;           // the sum of the waits' counts
-    clock::time_point deadline, probe_at, ended_check_at;
-    bool clock_started = false;
-    bool probed = false;
-  };
-  std::unique_ptr<slow_state> slow_;
+  signature sig_;
+  std::chrono::milliseconds timeout_;
+  std::size_t flags_expected_ = 0;  // the sum of the waits' counts
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this
@@ -236,14 +229,16 @@ inline step_executor::step_executor(progress_engine& engine, std::shared_ptr<con
       plan_(std::move(plan)),
       book_(book ? std::move(book) : std::make_unique<step_bookkeeping>()),
       kernels_(kernels),
-      // a per-call milliseconds::max() must not overflow the deadline
-      slow_(std::make_unique<slow_state>(sig, bounded_timeout(timeout))) {
+      sig_(sig),
+      timeout_(bounded_timeout(timeout)) {  // a per-call milliseconds::max() must not overflow the deadline
   const std::size_t n = plan_->steps.size();
   const bool counted = book_->pending.lent();  // the lender set the counts (step_column::lend)
   if (!counted) book_->pending.reset(n, 0);
   if (!book_->steps.lent()) book_->steps.reset(n, step_bookkeeping::status{});
   book_->ready.clear();
   book_->queued.clear();
+  book_->unstaged.clear();
+  book_->clock = {};
   book_->flag_waits.clear();
   book_->flag_sources.clear();
   std::uint32_t most_tag = 0;
@@ -252,7 +247,7 @@ inline step_executor::step_executor(progress_engine& engine, std::shared_ptr<con
     const schedule::step& st = plan_->steps[i];
     if (!counted) book_->pending[i] = static_cast<std::uint32_t>(plan_->deps(static_cast<schedule::step_id>(i)).size());
     if (st.kind == schedule::step_kind::wait && st.count > 0) {
-      slow_->flags_expected += st.count;
+      flags_expected_ += st.count;
       most_tag = std::max(most_tag, st.tag);
       waits = true;
     }
@@ -304,9 +299,9 @@ inline void step_executor::idle(int rounds) {
 
 inline bool step_executor::start_ready() {
   auto& ready = book_->ready;
-  if (staging_ && !slow_->unstaged.empty()) {  // steps that waited for their input: again
-    ready.insert(ready.end(), slow_->unstaged.begin(), slow_->unstaged.end());
-    slow_->unstaged.clear();
+  if (staging_ && !book_->unstaged.empty()) {  // steps that waited for their input: again
+    ready.insert(ready.end(), book_->unstaged.begin(), book_->unstaged.end());
+    book_->unstaged.clear();
   }
   if (ready.empty()) return false;
   bool started = false;
@@ -315,7 +310,7 @@ inline bool step_executor::start_ready() {
     const schedule::step_id id = ready[k];
     const schedule::step& st = step_at(id);
     if (staging_ && !staging_->readable(st)) {  // its input is still on its way to the host
-      slow_->unstaged.push_back(id);
+      book_->unstaged.push_back(id);
       continue;
     }
     started = true;

@@ -30,7 +30,7 @@ inline void step_executor::abandon(errc code, std::string message) {
 
 inline void step_executor::fail_from(errc code, const std::string& message) {
   if (finished()) return;
-  end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(slow_->sig) + " failed on another rank: " +
+  end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
                      message);
   settle_device_after_failure();
   on_failure(code, false);
@@ -47,15 +47,15 @@ inline void step_executor::settle_device_after_failure() {
 /// never wait, and reading the clock costs.
 inline void step_executor::check_time() {
   const auto now = clock::now();
-  if (!slow_->clock_started) {
-    slow_->clock_started = true;
-    slow_->deadline = now + slow_->timeout;
+  if (!book_->clock.started) {
+    book_->clock.started = true;
+    book_->clock.deadline = now + timeout_;
     // Probe peers' liveness a little before the deadline, so a lost rank is named within it.
-    slow_->probe_at = slow_->deadline - 2 * probe_grace(slow_->timeout);
-    slow_->ended_check_at = now + ended_check_interval;
+    book_->clock.probe_at = book_->clock.deadline - 2 * probe_grace(timeout_);
+    book_->clock.ended_check_at = now + ended_check_interval;
   }
-  if (now >= slow_->ended_check_at) {
-    slow_->ended_check_at = now + ended_check_interval;
+  if (now >= book_->clock.ended_check_at) {
+    book_->clock.ended_check_at = now + ended_check_interval;
     if (const std::string gone = ended_peers(); !gone.empty()) {
       while (advance()) {  // what it sent before it exited may still be queued
       }
@@ -64,9 +64,9 @@ inline void step_executor::check_time() {
                                                                     "this host now); this rank was " + stuck_reason()));
     }
   }
-  if (probes() && !slow_->probed && now >= slow_->probe_at) {
-    slow_->probed = true;
-    const std::vector<int> silent = silent_peers(probe_grace(slow_->timeout));
+  if (probes() && !book_->clock.probed && now >= book_->clock.probe_at) {
+    book_->clock.probed = true;
+    const std::vector<int> silent = silent_peers(probe_grace(timeout_));
     while (advance()) {  // the probe progressed the transport: the call may be done
     }
     if (finished()) return;
@@ -79,9 +79,9 @@ inline void step_executor::check_time() {
                                                 "mimatrix) while " + stuck_reason()));
     }
   }
-  if (clock::now() >= slow_->deadline)
+  if (clock::now() >= book_->clock.deadline)
     fail(errc::timeout,
-         describe(stuck_context(), "timed out after " + std::to_string(slow_->timeout.count()) + " ms " + stuck_reason()));
+         describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) + " ms " + stuck_reason()));
 }
 
 inline std::int64_t step_executor::stuck_step() const {
@@ -99,13 +99,13 @@ inline std::int64_t step_executor::stuck_step() const {
 
 inline error_context step_executor::context(schedule::step_id id) const {
   const schedule::step& st = step_at(id);
-  return {plan_->rank, st.peer, schedule::to_string(slow_->sig.kind), static_cast<std::int64_t>(slow_->sig.sequence),
+  return {plan_->rank, st.peer, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence),
           static_cast<std::int64_t>(id), static_cast<std::int64_t>(st.bytes())};
 }
 
 inline error_context step_executor::stuck_context() const {
   if (const std::int64_t id = stuck_step(); id >= 0) return context(static_cast<schedule::step_id>(id));
-  return {plan_->rank, -1, schedule::to_string(slow_->sig.kind), static_cast<std::int64_t>(slow_->sig.sequence)};
+  return {plan_->rank, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
 }
 
 inline std::string step_executor::stuck_reason() const {

@@ -121,10 +121,11 @@ class rank_execution final : public step_executor {
         depths_(depths),
         stride_(stride) {
     if (output) {
-      scratch_.resize(this->plan().scratch_bytes);
-      held_.assign(this->plan().steps.size(), no_message);
+      payload_ = std::make_unique<payload>();
+      payload_->scratch.resize(this->plan().scratch_bytes);
+      payload_->held.assign(this->plan().steps.size(), no_message);
     }
-    mem_ = {input, output, output ? scratch_.data() : nullptr};
+    mem_ = {input, output, output ? payload_->scratch.data() : nullptr};
     start();
   }
 
@@ -177,7 +178,7 @@ class rank_execution final : public step_executor {
     next_receive_ = at + 1;
     const schedule::step_id id = receives_->steps[at];
     depths_[id * stride_].incoming = saturated(depth);
-    if (!held_.empty()) held_[id] = m;
+    if (payload_) payload_->held[id] = m;
     arrive(id, m == no_message ? nullptr : sim_.data(m));
   }
   /// A write's data lands in this rank's output or scratch.
@@ -202,16 +203,16 @@ class rank_execution final : public step_executor {
   bool poll() override { return false; }  // the simulation pushes completions
 
   const std::byte* arrived_data(schedule::step_id id) override {
-    return held_.empty() || held_[id] == no_message ? nullptr : sim_.data(held_[id]);
+    return !payload_ || payload_->held[id] == no_message ? nullptr : sim_.data(payload_->held[id]);
   }
 
   bool land(schedule::step_id id, const std::byte* data) override {
     const schedule::step& st = step_at(id);
     settle(id, depths_[id * stride_].incoming);
     step_executor::land(id, data);
-    if (!held_.empty() && held_[id] != no_message) {
-      sim_.release(held_[id]);
-      held_[id] = no_message;
+    if (payload_ && payload_->held[id] != no_message) {
+      sim_.release(payload_->held[id]);
+      payload_->held[id] = no_message;
     }
     const compute_costs& c = sim_.costs();
     const double rate = st.kind == schedule::step_kind::recv_reduce ? c.reduce_bytes_per_second : c.copy_bytes_per_second;
@@ -273,8 +274,12 @@ class rank_execution final : public step_executor {
   step_depth* depths_;  // step i's: depths_[i * stride_]
   std::size_t stride_;
   std::size_t next_receive_ = 0;
-  std::vector<std::uint32_t> held_;  // with payloads: the message a receive has not consumed yet
-  std::vector<std::byte> scratch_;
+  // With payloads only (small runs): apart, so that a payload-free rank is four cache lines.
+  struct payload {
+    std::vector<std::uint32_t> held;  // the message a receive has not consumed yet
+    std::vector<std::byte> scratch;
+  };
+  std::unique_ptr<payload> payload_;
 };
 
 }  // namespace mimatrix::transport::simulated::detail
