@@ -43,6 +43,9 @@ struct tcp_server_limits {
   std::chrono::milliseconds stalled_request{10000};
   /// How long accepting pauses when the process is out of file descriptors.
   std::chrono::milliseconds accept_backoff{100};
+  /// At most how long a stopping server still answers requests that had arrived and sends
+  /// replies it had queued (a barrier's last arriver may be the rank that hosts it).
+  std::chrono::milliseconds drain{250};
 };
 
 class tcp_server {
@@ -163,7 +166,7 @@ class tcp_server {
         ids.push_back(id);
       }
       if (::poll(fds.data(), fds.size(), wait_ms(now)) < 0 && errno != EINTR) return;
-      if (fds[0].revents) return;  // the destructor asks us to stop
+      if (fds[0].revents) return drain();  // the destructor asks us to stop
       now = clock::now();
       if (fds[1].revents & POLLIN) accept_all(now);
       for (std::size_t i = 2; i < fds.size(); ++i) {
@@ -179,6 +182,38 @@ class tcp_server {
         const std::uint64_t gone = it->first;
         for (auto w = waiters_.begin(); w != waiters_.end();) w = w->client == gone ? drop(w) : std::next(w);
         it = clients_.erase(it);
+      }
+    }
+  }
+
+  /// Stopping: answers the requests that have arrived, and sends the replies queued, so
+  /// that a client that asked before the server's owner left is answered, not reset.
+  /// Ends as soon as nothing more has come and nothing is left to send, or at the limit.
+  void drain() {
+    const auto until = clock::now() + limits_.drain;
+    std::vector<pollfd> fds;
+    std::vector<std::uint64_t> ids;
+    for (;;) {
+      fds.clear();
+      ids.clear();
+      bool sending = false;
+      for (auto& [id, c] : clients_) {
+        if (c.closed) continue;
+        sending = sending || !c.out.empty();
+        fds.push_back({c.fd.get(), static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+        ids.push_back(id);
+      }
+      auto now = clock::now();
+      if (fds.empty() || now >= until) return;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+      const int ready = ::poll(fds.data(), fds.size(), sending ? static_cast<int>(left) : 0);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) return;
+      now = clock::now();
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        client& c = clients_.at(ids[i]);
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) receive(ids[i], c, now);
+        if (fds[i].revents & POLLOUT) flush(c);
       }
     }
   }
