@@ -147,7 +147,11 @@ TEST(sufficient_factor, random_factors_match_the_allreduced_gradient_on_1_to_8_r
 }
 
 TEST(sufficient_factor, the_2048x1000_head_at_k32_matches_on_up_to_4_ranks) {
+#ifndef MIMATRIX_TEST_SANITIZER_SUBSET
   for (int p : {1, 2, 3, 4}) expect_match(p, large_head, false);
+#else  // under a sanitizer the same paths as the smaller shapes, at 4 s a rank count: one
+  expect_match(3, large_head, false);
+#endif
 }
 
 TEST(sufficient_factor, integer_factors_give_exactly_the_allreduced_gradient) {
@@ -157,7 +161,9 @@ TEST(sufficient_factor, integer_factors_give_exactly_the_allreduced_gradient) {
     expect_match(p, resnet20_head, true);
     expect_match(p, odd_edges, true);
   }
+#ifndef MIMATRIX_TEST_SANITIZER_SUBSET
   expect_match(3, large_head, true);
+#endif
 }
 
 TEST(sufficient_factor, averages_divide_by_the_ranks_or_the_global_batch) {
