@@ -10,4 +10,4 @@ for arg in "$@"; do
   prev=$arg
 done
 "$@" -fsyntax-only || exit
-[ -n "$out" ] && : > "$out"
+if [ -n "$out" ]; then : > "$out"; fi
