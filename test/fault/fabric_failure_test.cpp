@@ -246,6 +246,16 @@ class fabric_failure : public ::testing::TestWithParam<std::tuple<std::string, s
     const auto& [provider, algo] = GetParam();
     return test::run_ranks(ranks, provider, scenario, {{"MIMATRIX_TEST_ALGO", algo}});
   }
+  /// Under a sanitizer, the cases that wait out the whole deadline run over shm only (11 s
+  /// of its quick tier): the liveness probe is the same over every provider, and tcp's
+  /// failure paths (cancels, RMA) are the killed rank's cases.
+  static bool deadline_case_skipped() {
+#if defined(MIMATRIX_TEST_SANITIZER_SUBSET)
+    return std::get<0>(GetParam()) != "shm";
+#else
+    return false;
+#endif
+  }
 };
 
 /// The CAUGHT lines of the survivors of a run whose last rank was killed, checked to
@@ -286,6 +296,7 @@ TEST_P(fabric_failure, a_killed_rank_on_this_host_is_named_within_a_second_whate
 }
 
 TEST_P(fabric_failure, a_stalled_rank_is_named_by_the_liveness_probe_and_learns_of_the_failure) {
+  if (deadline_case_skipped()) GTEST_SKIP() << "under a sanitizer: over shm only";
   constexpr int ranks = 3, stalled = ranks - 1;
   const auto r = run(ranks, "stalled_rank");
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
@@ -308,6 +319,7 @@ TEST_P(fabric_failure, a_stalled_rank_is_named_by_the_liveness_probe_and_learns_
 // Regression (issue 16 item 4): a stopped rank 0 was named only after about 10 s with a
 // 4 s deadline; the others now name it within their deadline and a second.
 TEST_P(fabric_failure, a_stopped_rank_zero_is_named_within_the_deadline) {
+  if (deadline_case_skipped()) GTEST_SKIP() << "under a sanitizer: over shm only";
   constexpr int ranks = 3;
   const auto r = run(ranks, "stopped_rank_zero");
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);

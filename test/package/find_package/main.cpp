@@ -2,7 +2,21 @@
 // then allreduce over four in-process ranks, typed and runtime-typed, and check the sums.
 // Linked with mimatrix::compiled (EXPECT_SEPARATE_COMPILATION), the collectives come from
 // the library the package builds in this project.
+//
+// CONSUMER_PROGRAM (CMakeLists.txt) makes less of it where a test is about what is found
+// and linked, not about the collectives (find_package already builds and runs them):
+// 1 the umbrella header and the reduction; 2 the reduction alone, and, linking
+// mimatrix::fabric, a fabric header and a call into libfabric.
+#if CONSUMER_PROGRAM < 2
 #include <mimatrix/mimatrix.hpp>
+#else
+#include <mimatrix/reduce/cpu.hpp>
+#include <mimatrix/version.hpp>
+#endif
+#if defined(CONSUMER_LINKS_FABRIC)
+#include <mimatrix/transport/fabric/error.hpp>
+static_assert(MIMATRIX_WITH_FABRIC, "mimatrix::fabric must define MIMATRIX_WITH_FABRIC");
+#endif
 
 #include <atomic>
 #include <cstdint>
@@ -36,6 +50,7 @@ int check_combine() {
   return 0;
 }
 
+#if CONSUMER_PROGRAM == 0
 /// Rank r contributes r + 1 + i at element i: the sum over 4 ranks is 10 + 4i.
 int check_allreduce() {
   constexpr int ranks = 4, n = 1001;
@@ -62,6 +77,23 @@ int check_allreduce() {
               MIMATRIX_HEADER_ONLY ? "header-only" : "mimatrix::compiled");
   return 0;
 }
+#else
+int check_allreduce() { return 0; }
+#endif
+
+#if defined(CONSUMER_LINKS_FABRIC)
+int check_fabric() {
+  const unsigned version = fi_version();  // libfabric's, through mimatrix::fabric's link
+  if (FI_MAJOR(version) < 1) {
+    std::fprintf(stderr, "libfabric reports version %u.%u\n", FI_MAJOR(version), FI_MINOR(version));
+    return 1;
+  }
+  std::printf("libfabric %u.%u linked through mimatrix::fabric: ok\n", FI_MAJOR(version), FI_MINOR(version));
+  return 0;
+}
+#else
+int check_fabric() { return 0; }
+#endif
 
 }  // namespace
 
@@ -69,5 +101,5 @@ int main() {
   std::printf("mimatrix %d.%d.%d (MIMATRIX_VERSION %d), found with find_package\n",
               MIMATRIX_VERSION_MAJOR, MIMATRIX_VERSION_MINOR, MIMATRIX_VERSION_PATCH,
               MIMATRIX_VERSION);
-  return check_combine() || check_allreduce();
+  return check_combine() || check_allreduce() || check_fabric();
 }
