@@ -385,6 +385,9 @@ TEST(fabric_recovery, the_call_after_a_count_mismatch_is_exact_or_refused_alike_
   for (const std::string& provider : test::test_providers())
     for (const std::string algo : {"recursive_doubling", "ring", "gdraa"})
       for (const int ranks : {2, 4}) {
+#if defined(MIMATRIX_TEST_SANITIZER_SUBSET)  // 4 ranks only: half of 9 s under ASan
+        if (ranks == 2) continue;
+#endif
         SCOPED_TRACE(provider + " " + algo + " " + std::to_string(ranks) + " ranks");
         const auto r = test::run_ranks(ranks, provider, "mismatch_then_a_good_call", {{"MIMATRIX_TEST_ALGO", algo}});
         ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
