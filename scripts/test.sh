@@ -140,7 +140,7 @@ done
 # The job server's wire protocol under libFuzzer (ASan + UBSan), for a bounded time, from
 # the seed corpus kept in the repository (examples/01_job_server/fuzz/).
 if [[ " ${presets[*]} " == *" clang "* ]]; then
-  seconds=$([[ $long == ON ]] && echo 300 || echo 30)
+  seconds=$([[ $long == ON ]] && echo 300 || echo 20)
   begin "fuzz: the job server's protocol (${seconds}s)"
   scripts/fuzz.sh "$seconds" 2>&1 | tail -n 12
   summaries+=("fuzz: job server protocol, ${seconds}s without a finding")

@@ -2,5 +2,5 @@
 #include "collective_perf.hpp"
 
 int main(int argc, char** argv) {
-  return mimatrix::perf::collective_main<mimatrix::perf::collective::allgather>(argc, argv, "allgather_perf");
+  return mimatrix::perf::collective_main(mimatrix::perf::collective::allgather, argc, argv, "allgather_perf");
 }

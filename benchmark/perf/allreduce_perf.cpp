@@ -2,5 +2,5 @@
 #include "collective_perf.hpp"
 
 int main(int argc, char** argv) {
-  return mimatrix::perf::collective_main<mimatrix::perf::collective::allreduce>(argc, argv, "allreduce_perf");
+  return mimatrix::perf::collective_main(mimatrix::perf::collective::allreduce, argc, argv, "allreduce_perf");
 }

@@ -2,5 +2,5 @@
 #include "collective_perf.hpp"
 
 int main(int argc, char** argv) {
-  return mimatrix::perf::collective_main<mimatrix::perf::collective::reduce_scatter>(argc, argv, "reduce_scatter_perf");
+  return mimatrix::perf::collective_main(mimatrix::perf::collective::reduce_scatter, argc, argv, "reduce_scatter_perf");
 }

@@ -1,0 +1,199 @@
+// mimatrix's nccl-tests-style benchmarks over transport::fabric: one runner for the four
+// collectives through the runtime-typed entry (collectives.hpp): the collective, the type,
+// the operation and the algorithm (--algo) are values, as a framework has them. Compiled
+// once for the four programs (a unit took 7 s in each).
+// `--ranks N` without a launcher's environment starts N local ranks of this same program.
+#include "collective_perf.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "driver.hpp"
+#include "mimatrix/bootstrap/launch.hpp"
+#include "mimatrix/collectives.hpp"
+#include "mimatrix/topology/bigraph.hpp"
+#include "mimatrix/topology/mesh.hpp"
+#include "mimatrix/topology/ring.hpp"
+#include "mimatrix/transport/fabric.hpp"
+
+namespace mimatrix::perf {
+namespace {
+
+using fabric_comm = communicator<transport::fabric>;
+
+/// mimatrix's dtype for the harness's name; none for uint32 and uint64.
+inline std::optional<mimatrix::dtype> to_mimatrix(dtype t) {
+  switch (t) {
+    case dtype::int8: return mimatrix::dtype::int8;
+    case dtype::uint8: return mimatrix::dtype::uint8;
+    case dtype::int32: return mimatrix::dtype::int32;
+    case dtype::int64: return mimatrix::dtype::int64;
+    case dtype::half: return mimatrix::dtype::float16;  // same bits as perf::half_t
+    case dtype::bfloat16: return mimatrix::dtype::bfloat16;
+    case dtype::float32: return mimatrix::dtype::float32;
+    case dtype::float64: return mimatrix::dtype::float64;
+    default: return std::nullopt;
+  }
+}
+
+/// One collective call over byte buffers through the runtime-typed entry, on the
+/// topology the algorithm needs.
+class call {
+ public:
+  virtual ~call() = default;
+  virtual void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) = 0;
+};
+
+// The harness's redop and mimatrix's op_kind list sum prod min max avg in one order.
+static_assert(int(redop::prod) == int(reduce::op_kind::prod) && int(redop::avg) == int(reduce::op_kind::avg));
+
+template <class Topology>
+class runtime_call final : public call {
+ public:
+  runtime_call(collective c, fabric_comm& comm, Topology topo, mimatrix::dtype type, redop op, const std::string& algo)
+      : c_(c),
+        coll_(comm, std::move(topo)),
+        type_(type),
+        op_(static_cast<reduce::op_kind>(op)),
+        options_{algo == "auto" ? std::string() : algo, std::nullopt, std::nullopt} {}
+
+  void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) override {
+    const std::size_t block = count * size_of(type_) * std::size_t(coll_.comm().rank());
+    auto* mine = const_cast<std::byte*>(in);  // in place: input and output are one buffer
+    request pending;
+    if (c_ == collective::allreduce)
+      pending = coll_.allreduce(in, in_place ? mine : out, count, type_, op_, options_);
+    else if (c_ == collective::reduce_scatter)
+      pending = coll_.reduce_scatter(in, in_place ? mine + block : out, count, type_, op_, options_);
+    else if (c_ == collective::allgather)
+      pending = coll_.allgather(in_place ? out + block : in, out, count, type_, options_);
+    else
+      pending = coll_.broadcast(in, in_place ? mine : out, count, type_, root, options_);
+    pending.wait();
+  }
+
+ private:
+  collective c_;
+  collectives<transport::fabric, Topology> coll_;
+  mimatrix::dtype type_;
+  reduce::op_kind op_;
+  call_options options_;
+};
+
+/// The harness's runner over a fabric communicator.
+class fabric_runner {
+ public:
+  fabric_runner(collective c, const options& o) : c_(c), o_(o) {
+    const auto type = to_mimatrix(o.type);
+    if (!type) {
+      std::fprintf(stderr, "mimatrix has no %s type\n", std::string(name(o.type)).c_str());
+      std::exit(2);
+    }
+    // --algo names an algorithm; gdraa and hdrm run on their own topologies.
+    if (o.algo == "gdraa")
+      call_ = std::make_unique<runtime_call<topology::mesh>>(c, comm_, topology::mesh{}, *type, o.op, o.algo);
+    else if (o.algo == "hdrm")
+      call_ = std::make_unique<runtime_call<topology::bigraph>>(c, comm_, topology::bigraph::for_size(comm_.size()),
+                                                                *type, o.op, o.algo);
+    else
+      call_ = std::make_unique<runtime_call<topology::ring>>(c, comm_, topology::ring{}, *type, o.op, o.algo);
+  }
+
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  const std::string& provider() const { return comm_.transport().provider(); }
+
+  void prepare(const shape& s, bool in_place) {
+    shape_ = s;
+    in_place_ = in_place;
+    const std::size_t es = size_of(o_.type);
+    const std::size_t in_bytes = s.send_count * es, out_bytes = s.recv_count * es;
+    if (in_.size() < in_bytes) in_.resize(in_bytes);
+    if (out_.size() < out_bytes) out_.resize(out_bytes);
+    const bool reads_input = c_ != collective::broadcast || rank() == o_.root;
+    if (c_ == collective::allgather) {
+      // In place the input is block `rank` of the output, filled as that block.
+      std::byte* input = in_place ? out_.data() + s.count * es * std::size_t(rank()) : in_.data();
+      bytes::fill_sentinel(o_.type, out_.data(), s.recv_count);
+      bytes::fill_input(o_.type, input, s.count, o_.op, rank(), s.count * std::size_t(rank()));
+    } else {
+      if (reads_input || in_place) bytes::fill_input(o_.type, in_.data(), s.send_count, o_.op, rank());
+      if (!in_place) bytes::fill_sentinel(o_.type, out_.data(), s.recv_count);
+      if (c_ == collective::broadcast && in_place && rank() != o_.root)
+        bytes::fill_sentinel(o_.type, in_.data(), s.send_count);
+    }
+  }
+
+  void run() {
+    const bool gather_in_place = c_ == collective::allgather && in_place_;
+    call_->run(gather_in_place ? out_.data() : in_.data(), out_.data(), shape_.count, in_place_, o_.root);
+  }
+
+  std::size_t check() const {
+    const std::byte* result = in_place_ && c_ != collective::allgather ? in_.data() : out_.data();
+    if (c_ == collective::reduce_scatter && in_place_)
+      result = in_.data() + shape_.count * size_of(o_.type) * std::size_t(rank());
+    switch (c_) {
+      case collective::allreduce: return bytes::check_allreduce(o_.type, result, shape_.count, o_.op, size());
+      case collective::reduce_scatter:
+        return bytes::check_reduce_scatter(o_.type, result, shape_.count, o_.op, size(), rank());
+      case collective::allgather: return bytes::check_allgather(o_.type, result, shape_.count, o_.op, size());
+      default: return bytes::check_broadcast(o_.type, result, shape_.count, o_.op, o_.root);
+    }
+  }
+
+  void barrier() { harness_.barrier(); }
+
+  double combine(double v, combine_op how) {
+    const auto op = how == combine_op::sum ? reduce::op_kind::sum
+                    : how == combine_op::min ? reduce::op_kind::min
+                                             : reduce::op_kind::max;
+    harness_.allreduce(&v, &v, 1, mimatrix::dtype::float64, op).wait();
+    return v;
+  }
+
+ private:
+  collective c_;
+  const options& o_;
+  fabric_comm comm_;
+  std::unique_ptr<call> call_;
+  collectives<transport::fabric> harness_{comm_};  // the sweep's barriers and timings
+  std::vector<std::byte> in_, out_;
+  shape shape_{};
+  bool in_place_ = false;
+};
+
+}  // namespace
+
+int collective_main(collective c, int argc, char** argv, const char* program) {
+  const options o = parse_or_exit(argc, argv);
+  std::string provider = o.provider == "tcp" ? "tcp;ofi_rxm" : o.provider;
+  if (!provider.empty()) ::setenv("MIMATRIX_PROVIDER", provider.c_str(), 1);
+  if (o.ranks > 0 && !std::getenv("WORLD_SIZE") && !std::getenv("OMPI_COMM_WORLD_SIZE") &&
+      !std::getenv("SLURM_NTASKS") && !std::getenv("PMI_SIZE")) {
+    bootstrap::launch_options l;
+    l.ranks = o.ranks;
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    l.argv.assign(argv, argv + argc);
+    if (n > 0) l.argv[0] = std::string(self, std::size_t(n));
+    l.prefix = false;
+    return bootstrap::launch_local(l).exit_code;
+  }
+  try {
+    fabric_runner r(c, o);
+    return run_sweep(r, o, {program, "mimatrix fabric " + r.provider(), c, r.size()}).exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
+
+}  // namespace mimatrix::perf
