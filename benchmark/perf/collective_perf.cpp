@@ -29,7 +29,7 @@ namespace {
 using fabric_comm = communicator<transport::fabric>;
 
 /// mimatrix's dtype for the harness's name; none for uint32 and uint64.
-inline std::optional<mimatrix::dtype> to_mimatrix(dtype t) {
+std::optional<mimatrix::dtype> to_mimatrix(dtype t) {
   switch (t) {
     case dtype::int8: return mimatrix::dtype::int8;
     case dtype::uint8: return mimatrix::dtype::uint8;
