@@ -1,5 +1,6 @@
-// Device buffers across processes over libfabric, which moves host memory here: the
-// executor runs the call on host copies (transport/host_staging.hpp) without blocking the
+// Device buffers across processes over libfabric, which moves host memory here (with
+// MIMATRIX_DEVICE_IPC=0: else peers on one host read each other's blocks): the executor
+// runs the call on host copies (transport/host_staging.hpp) without blocking the
 // caller. Exact results on a host "device" whose streams run late, after a late producer
 // queued on the stream and before a consumer queued after the call, with only the stream
 // synchronized; and a call returns before the work queued ahead of it has run.
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mimatrix/collectives.hpp"
@@ -104,15 +106,20 @@ void expect_exact(const bootstrap::launch_result& result, int ranks) {
         << test::all_output(result);
 }
 
+// Peers on one host would read each other's device memory instead (device_sharing_test).
+const std::vector<std::pair<std::string, std::string>> staged{{"MIMATRIX_DEVICE_IPC", "0"}};
+
 TEST_P(device_staging, stages_device_buffers_through_the_host_exactly) {
-  expect_exact(test::run_ranks(3, GetParam(), "staged_collectives"), 3);
+  expect_exact(test::run_ranks(3, GetParam(), "staged_collectives", staged), 3);
 }
 
 // Small pieces: every buffer goes out and comes back in up to 64 pieces, each its own copy
 // on a stream that runs late. A step that read a piece before its copy ran, or a piece
 // copied back before its last writer, would leave wrong values.
 TEST_P(device_staging, in_small_pieces_every_step_waits_for_its_input_and_every_piece_for_its_writers) {
-  expect_exact(test::run_ranks(3, GetParam(), "staged_collectives", {{"MIMATRIX_STAGING_PIECE_BYTES", "1024"}}), 3);
+  expect_exact(test::run_ranks(3, GetParam(), "staged_collectives",
+                               {{"MIMATRIX_STAGING_PIECE_BYTES", "1024"}, {"MIMATRIX_DEVICE_IPC", "0"}}),
+               3);
 }
 
 INSTANTIATE_TEST_SUITE_P(fabric, device_staging, ::testing::ValuesIn(test::test_providers()),

@@ -9,10 +9,16 @@
 #error "mimatrix/device/cuda_port.cuh holds CUDA code: include it from a .cu file compiled by nvcc"
 #endif
 
+#include <cuda.h>
+#include <cudaTypedefs.h>  // PFN_cuMemGetAddressRange
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -60,6 +66,22 @@ void with_operation(dtype type, reduce::op_kind op, F&& f) {
   throw error(errc::invalid_argument, "device::cuda_port: no dtype " + std::to_string(int(type)));
 }
 
+/// The driver's cuMemGetAddressRange (where the allocation holding p starts, and its
+/// size), which the runtime lacks. Found through the runtime rather than linked: a program
+/// linked to libcuda cannot start where no driver is installed, so could not skip there.
+inline CUresult allocation_range(CUdeviceptr* base, std::size_t* size, CUdeviceptr p) {
+  static const auto resolved = [] {
+    void* f = nullptr;
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 3020, cudaEnableDefault, nullptr);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault);
+#endif
+    return e == cudaSuccess ? reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(f) : nullptr;
+  }();
+  return resolved ? resolved(base, size, p) : CUDA_ERROR_NOT_FOUND;
+}
+
 /// Holds its stream until the flag reaches `ticket`.
 __global__ inline void gate_hold_kernel(const volatile std::uint32_t* flag, std::uint32_t ticket) {
   while (static_cast<std::int32_t>(*flag - ticket) < 0) __nanosleep(1000);
@@ -89,7 +111,11 @@ class cuda_port final : public port {
   }
   cuda_port(const cuda_port&) = delete;
   cuda_port& operator=(const cuda_port&) = delete;
-  ~cuda_port() override { cudaFreeHost(flags_); }
+  /// Closes the peers' blocks that import_memory opened.
+  ~cuda_port() override {
+    for (const auto& [handle, at] : imported_) cudaIpcCloseMemHandle(at);
+    cudaFreeHost(flags_);
+  }
 
   /// The process's port.
   static cuda_port& instance() {
@@ -163,6 +189,53 @@ class cuda_port final : public port {
     detail::check_cuda(cudaStreamSynchronize(as_stream(s)), "cudaStreamSynchronize");
   }
 
+  void* allocate_device(std::size_t bytes) override {
+    void* p = nullptr;
+    detail::check_cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc of a call's scratch");
+    return p;
+  }
+  void free_device(void* p, std::size_t) noexcept override { cudaFree(p); }
+
+  bool shares_memory() const override { return true; }
+  /// The CUDA IPC handle of the cudaMalloc allocation that holds [p, p + bytes).
+  shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset) override {
+    const auto refuse = [&](const std::string& why) {
+      cudaGetLastError();  // a failed query must not surface at the next launch's check
+      return error(errc::invalid_argument,
+                   "device::cuda_port: cannot share " + std::to_string(bytes) + " bytes at " + describe_address(p) + ": " + why +
+                       "; allocate it with cudaMalloc (cudaMallocAsync pools, managed memory and host memory "
+                       "cannot be shared by CUDA IPC)");
+    };
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess || attributes.type != cudaMemoryTypeDevice)
+      throw refuse("it is not device memory");
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    if (detail::allocation_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+      throw refuse("cuMemGetAddressRange finds no allocation there");
+    offset = std::size_t(reinterpret_cast<CUdeviceptr>(p) - base);
+    if (bytes > size - offset)
+      throw refuse("it runs past the end of its " + std::to_string(size) + "-byte allocation");
+    cudaIpcMemHandle_t handle;
+    if (cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) != cudaSuccess)
+      throw refuse("cudaIpcGetMemHandle refuses its allocation");
+    static_assert(sizeof handle == sizeof(shared_memory::handle));
+    shared_memory out;
+    std::memcpy(out.handle.data(), &handle, sizeof handle);
+    return out;
+  }
+  /// Opens a peer's block once (it costs milliseconds); later calls return the same address.
+  std::byte* import_memory(const shared_memory& block) override {
+    std::lock_guard lock(imports_mutex_);  // held while opening: a handle is opened once
+    if (auto it = imported_.find(block.handle); it != imported_.end()) return it->second;
+    cudaIpcMemHandle_t handle;
+    std::memcpy(&handle, block.handle.data(), sizeof handle);
+    void* at = nullptr;
+    detail::check_cuda(cudaIpcOpenMemHandle(&at, handle, cudaIpcMemLazyEnablePeerAccess),
+                       "cudaIpcOpenMemHandle of a peer's block (has the peer exited, or is it on another node?)");
+    return imported_[block.handle] = static_cast<std::byte*>(at);
+  }
+
   void* allocate_host(std::size_t bytes) override {
     void* p = nullptr;
     detail::check_cuda(cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost of staging memory");
@@ -176,6 +249,8 @@ class cuda_port final : public port {
   std::uint32_t* flags_ = nullptr;         // host view of the gate flags
   std::uint32_t* device_flags_ = nullptr;  // the same memory as kernels see it
   std::atomic<std::uint32_t> next_ticket_{0};
+  std::mutex imports_mutex_;
+  std::map<std::array<std::byte, 64>, std::byte*> imported_;  // peers' blocks by handle
 };
 
 }  // namespace mimatrix::device

@@ -1,22 +1,34 @@
 // device::port on the host: each stream is a thread that runs its queued work in order,
 // so the executor's device logic (stream order, events, gates, deferred completion) runs
 // and is tested where there is no GPU. A lag before each operation makes the asynchrony
-// visible: a step that used data before its copy ran would read stale memory.
+// visible: a step that used data before its copy ran would read stale memory. Its device
+// memory is shareable as CUDA's is: a block is a memfd that a process on the node maps.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 
@@ -29,23 +41,28 @@ class host_port final : public port {
   struct settings {
     /// How long each queued operation waits before it runs.
     std::chrono::microseconds lag{0};
+    /// Combines and finalizes refuse memory not from allocate_device, as a GPU's kernel
+    /// faults on pageable host memory: a call that combines in host memory fails here too.
+    bool device_memory_only = false;
   };
 
   host_port() : host_port(settings{}) {}
   explicit host_port(settings s) : settings_(s) {}
   host_port(const host_port&) = delete;
   host_port& operator=(const host_port&) = delete;
-  /// Frees the streams not freed yet, running what they hold first.
+  /// Frees the streams not freed yet, running what they hold first, then unmaps the
+  /// imported blocks.
   ~host_port() override {
     while (true) {
       queue* left = nullptr;
       {
         std::lock_guard lock(mutex_);
-        if (streams_.empty()) return;
+        if (streams_.empty()) break;
         left = *streams_.begin();
       }
       free_stream(left);
     }
+    for (const auto& [key, at] : imported_) ::munmap(at, mapped_bytes(device_memory_.at(at).bytes));
   }
 
   std::string_view name() const override { return "host"; }
@@ -81,12 +98,14 @@ class host_port final : public port {
   }
   void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
                std::size_t bytes) override {
+    require_device({dst, a, b}, bytes, "combine");
     enqueue(s, [&k, dst, a, b, bytes] {
       k.combine(static_cast<std::byte*>(dst), static_cast<const std::byte*>(a), static_cast<const std::byte*>(b),
                 bytes);
     });
   }
   void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
+    require_device({data}, bytes, "finalize");
     enqueue(s, [&k, data, bytes, ranks] { k.finalize(static_cast<std::byte*>(data), bytes, ranks); });
   }
 
@@ -135,6 +154,89 @@ class host_port final : public port {
     changed_.wait(lock, [&] { return s->finished >= until; });
   }
 
+  /// "Device" memory: host memory that the port knows as its device's, in a memfd of its
+  /// own so that another process can map it (export_memory).
+  void* allocate_device(std::size_t bytes) override {
+    const std::uint64_t id = next_block_id_.fetch_add(1);
+    const int fd = ::memfd_create(block_name(::getpid(), id).c_str(), MFD_CLOEXEC);
+    if (fd < 0) throw allocation_error("memfd_create", bytes);
+    void* p = MAP_FAILED;
+    if (::ftruncate(fd, off_t(mapped_bytes(bytes))) == 0)
+      p = ::mmap(nullptr, mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      const error failure = allocation_error("ftruncate and mmap", bytes);
+      ::close(fd);
+      throw failure;
+    }
+    std::lock_guard lock(mutex_);
+    device_memory_[p] = {bytes, ::getpid(), fd, id, false};
+    return p;
+  }
+  void free_device(void* p, std::size_t) noexcept override {
+    block freed;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = device_memory_.find(p);
+      if (it == device_memory_.end() || it->second.imported) return;  // imports stay until the port goes
+      freed = it->second;
+      device_memory_.erase(it);
+    }
+    ::munmap(p, mapped_bytes(freed.bytes));
+    ::close(freed.fd);
+  }
+  /// Whether [p, p + bytes) lies in one allocate_device block or one imported block.
+  bool on_device(const void* p, std::size_t bytes) const {
+    std::lock_guard lock(mutex_);
+    return find_block(p, bytes) != device_memory_.end();
+  }
+
+  bool shares_memory() const override { return true; }
+  /// The handle of the allocate_device block holding [p, p + bytes) (an imported block
+  /// gives its owner's handle), and p's offset in it.
+  shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset) override {
+    std::lock_guard lock(mutex_);
+    const auto it = find_block(p, bytes);
+    if (it == device_memory_.end())
+      throw error(errc::invalid_argument, "device::host_port: cannot share " + std::to_string(bytes) +
+                                              " bytes at " + describe_address(p) +
+                                              ": only memory from allocate_device can be shared with other processes");
+    offset = std::size_t(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(it->first));
+    const block& b = it->second;
+    const handle_fields fields{handle_magic, std::int64_t(b.owner), b.fd, b.id, b.bytes};
+    shared_memory out;
+    std::memcpy(out.handle.data(), &fields, sizeof fields);
+    return out;
+  }
+  /// Maps the block through its owner's /proc/<pid>/fd, once: later calls return the
+  /// same address.
+  std::byte* import_memory(const shared_memory& handle) override {
+    handle_fields fields;
+    std::memcpy(&fields, handle.handle.data(), sizeof fields);
+    if (fields.magic != handle_magic)
+      throw error(errc::invalid_argument,
+                  "device::host_port: import_memory was given a handle not made by a host_port's export_memory");
+    const auto key = std::pair(fields.owner, fields.id);
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = imported_.find(key); it != imported_.end()) return it->second;
+    }
+    auto* at = static_cast<std::byte*>(map_peer_block(fields));
+    std::lock_guard lock(mutex_);
+    const auto [it, inserted] = imported_.emplace(key, at);
+    if (!inserted) {  // another thread mapped it first
+      ::munmap(at, mapped_bytes(fields.bytes));
+      return it->second;
+    }
+    device_memory_[at] = {fields.bytes, pid_t(fields.owner), int(fields.fd), fields.id, true};
+    return at;
+  }
+
+  /// How many peers' blocks this port has opened (import_memory).
+  std::size_t imported_blocks() const {
+    std::lock_guard lock(mutex_);
+    return imported_.size();
+  }
+
   /// Queues `work` on `s` as a kernel would be: a test's stand-in for the caller's own
   /// device work before and after a collective.
   void enqueue(stream_handle handle, std::function<void()> work) {
@@ -158,6 +260,85 @@ class host_port final : public port {
     queue* on;
     std::uint64_t count;  // done once `on` has finished this many operations
   };
+  /// A block of device memory: this process's, or imported (then `fd` is its owner's).
+  struct block {
+    std::size_t bytes = 0;
+    pid_t owner = 0;
+    int fd = -1;
+    std::uint64_t id = 0;  // unique in the owner process
+    bool imported = false;
+  };
+  /// What shared_memory::handle holds for a host_port.
+  struct handle_fields {
+    std::uint64_t magic;
+    std::int64_t owner, fd;
+    std::uint64_t id, bytes;
+  };
+  static_assert(sizeof(handle_fields) <= sizeof(shared_memory::handle));
+  static constexpr std::uint64_t handle_magic = 0x6d696d6174726978;  // "mimatrix"
+  using block_map = std::map<const void*, block>;
+
+  /// The block holding [p, p + bytes), or end(); the caller holds mutex_.
+  block_map::const_iterator find_block(const void* p, std::size_t bytes) const {
+    auto it = device_memory_.upper_bound(p);
+    if (it == device_memory_.begin()) return device_memory_.end();
+    --it;
+    const auto* base = static_cast<const std::byte*>(it->first);
+    const auto* at = static_cast<const std::byte*>(p);
+    const std::size_t size = it->second.bytes;
+    const bool inside = at >= base && std::size_t(at - base) <= size && bytes <= size - std::size_t(at - base);
+    return inside ? it : device_memory_.end();
+  }
+
+  /// mmap cannot map nothing: an empty block takes a byte.
+  static std::size_t mapped_bytes(std::size_t bytes) { return bytes ? bytes : 1; }
+  /// The memfd's name, which an importer checks: a peer's fd number, once the peer has
+  /// freed its block, may hold another file.
+  static std::string block_name(long pid, std::uint64_t id) {
+    return "mimatrix-block-" + std::to_string(pid) + "-" + std::to_string(id);
+  }
+  static error allocation_error(const char* call, std::size_t bytes) {
+    return error(std::error_code(errno, std::generic_category()),
+                 "device::host_port: " + std::string(call) + " of a " + std::to_string(bytes) + "-byte device block");
+  }
+
+  static void* map_peer_block(const handle_fields& h) {
+    const std::string path = "/proc/" + std::to_string(h.owner) + "/fd/" + std::to_string(h.fd);
+    const auto failure = [&](const std::string& why) {
+      return error(errc::transport, "device::host_port: cannot import block " + std::to_string(h.id) + " (" +
+                                        std::to_string(h.bytes) + " bytes) of process " + std::to_string(h.owner) +
+                                        " through " + path + ": " + why +
+                                        " (has the process exited or freed the block?)");
+    };
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw failure(std::strerror(errno));
+    const std::string name = opened_name(fd);
+    if (name.find("/memfd:" + block_name(h.owner, h.id) + " ") != 0) {
+      ::close(fd);
+      throw failure("it holds " + name + ", not the block");
+    }
+    void* at = ::mmap(nullptr, mapped_bytes(h.bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int mmap_errno = errno;
+    ::close(fd);  // the mapping keeps the memory
+    if (at == MAP_FAILED) throw failure(std::string("mmap: ") + std::strerror(mmap_errno));
+    return at;
+  }
+  /// What our fd is open on: "/memfd:<name> (deleted)" for a memfd.
+  static std::string opened_name(int fd) {
+    char name[512];
+    const ssize_t n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), name, sizeof name - 1);
+    return n < 0 ? std::string() : std::string(name, std::size_t(n));
+  }
+
+  void require_device(std::initializer_list<const void*> operands, std::size_t bytes, const char* what) const {
+    if (!settings_.device_memory_only || bytes == 0) return;
+    for (const void* p : operands)
+      if (!on_device(p, bytes))
+        throw error(errc::invalid_argument, "device::host_port: a " + std::string(what) + " of " +
+                                                std::to_string(bytes) + " bytes touches host memory at " +
+                                                describe_address(p) + ", not device memory: a GPU kernel would fault there");
+  }
+
 
   void run(queue& s) {
     std::unique_lock lock(mutex_);
@@ -176,9 +357,12 @@ class host_port final : public port {
   }
 
   settings settings_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::set<queue*> streams_;
+  block_map device_memory_;  // allocate_device and imported blocks by start
+  std::map<std::pair<std::int64_t, std::uint64_t>, std::byte*> imported_;  // by (owner pid, id)
+  static inline std::atomic<std::uint64_t> next_block_id_{0};  // process-wide: ids key imports
 };
 
 }  // namespace mimatrix::device

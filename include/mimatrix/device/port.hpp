@@ -5,11 +5,15 @@
 // executor logic in CI, where there is no GPU.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdio>
 #include <new>
+#include <string>
 #include <string_view>
 
 #include "mimatrix/core/device_stream.hpp"  // device::stream
+#include "mimatrix/core/error.hpp"
 
 namespace mimatrix::reduce {
 struct host_kernels;  // reduce/host_kernels.hpp: the (dtype, op) a combine runs
@@ -23,6 +27,19 @@ using stream_handle = void*;
 using event = void*;
 /// A latch that a stream's work waits on until the port opens it.
 using gate = void*;
+
+/// `p` as an error message shows it.
+inline std::string describe_address(const void* p) {
+  char text[2 + 2 * sizeof(void*) + 1];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
+
+/// What another process on this node needs to reach a block of device memory
+/// (cudaIpcMemHandle_t for CUDA), sent to it as it is.
+struct shared_memory {
+  std::array<std::byte, 64> handle{};
+};
 
 /// What a device offers the executor. Every call queues work and returns at once unless it
 /// says otherwise; errors of queued work surface at done() or synchronize().
@@ -65,10 +82,36 @@ class port {
   /// Blocks until the work queued on `s` is done.
   virtual void synchronize(stream_handle s) = 0;
 
+  /// Device memory: a call's scratch, where its kernels combine (cudaMalloc for CUDA; a
+  /// kernel cannot read pageable host memory).
+  virtual void* allocate_device(std::size_t bytes) = 0;
+  virtual void free_device(void* p, std::size_t bytes) noexcept = 0;
+
+  /// Whether export_memory() and import_memory() work: processes on this node can read
+  /// each other's device memory directly (CUDA IPC), with no copy through the host.
+  virtual bool shares_memory() const { return false; }
+  /// The handle of the device allocation that holds [p, p + bytes), and p's offset in it.
+  /// Throws errc::invalid_argument, naming the memory, where it cannot be shared (not
+  /// from allocate_device or cudaMalloc).
+  virtual shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset);
+  /// This process's address of a peer's block. A block is opened once and stays open
+  /// until the port goes (opening one costs milliseconds on CUDA); its handle must come
+  /// from export_memory() of the same kind of port on this node.
+  virtual std::byte* import_memory(const shared_memory& block);
+
   /// Host memory that copies to and from the device run on asynchronously (pinned for
   /// CUDA: a copy from pageable memory would block the thread that queues it).
   virtual void* allocate_host(std::size_t bytes) { return ::operator new(bytes); }
   virtual void free_host(void* p, std::size_t /*bytes*/) noexcept { ::operator delete(p); }
 };
+
+inline shared_memory port::export_memory(const void*, std::size_t, std::size_t&) {
+  throw error(errc::invalid_argument, "device::port " + std::string(name()) +
+                                          " cannot share device memory with other processes");
+}
+inline std::byte* port::import_memory(const shared_memory&) {
+  throw error(errc::invalid_argument, "device::port " + std::string(name()) +
+                                          " cannot open another process's device memory");
+}
 
 }  // namespace mimatrix::device

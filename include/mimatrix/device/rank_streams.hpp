@@ -1,9 +1,10 @@
 // What a rank keeps across its calls on device memory: one stream of its own on each
 // port it has run calls on (its calls' work queues there, in order, as NCCL's does on a
-// communicator's internal stream), and host staging buffers reused from call to call
-// (pinned memory is slow to allocate).
+// communicator's internal stream), and host staging and device scratch buffers reused
+// from call to call (pinned and device memory are slow to allocate).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -15,60 +16,66 @@
 
 namespace mimatrix::device {
 
-/// Host memory of a port's, returned to its pool (or freed, once the pool is gone) when
-/// it goes.
-class host_buffer {
+/// Where a pooled buffer lives.
+enum class memory_kind : unsigned char { host, device };
+
+/// Memory of a port's (host or device), returned to its pool (or freed, once the pool is
+/// gone) when it goes.
+class pooled_buffer {
  public:
-  host_buffer() = default;
-  host_buffer(host_buffer&& o) noexcept { swap(o); }
-  host_buffer& operator=(host_buffer&& o) noexcept {
-    host_buffer(std::move(o)).swap(*this);
+  pooled_buffer() = default;
+  pooled_buffer(pooled_buffer&& o) noexcept { swap(o); }
+  pooled_buffer& operator=(pooled_buffer&& o) noexcept {
+    pooled_buffer(std::move(o)).swap(*this);
     return *this;
   }
-  ~host_buffer();
+  ~pooled_buffer();
 
-  std::byte* data() const { return data_; }
-  std::size_t size() const { return size_; }
+  std::byte* data() const { return e_.data; }
+  std::size_t size() const { return e_.size; }
 
  private:
   friend class rank_streams;
   struct pool;
-  host_buffer(std::shared_ptr<pool> from, port* p, std::byte* data, std::size_t size)
-      : from_(std::move(from)), port_(p), data_(data), size_(size) {}
-  void swap(host_buffer& o) noexcept {
+  struct entry {
+    port* owner = nullptr;
+    memory_kind kind = memory_kind::host;
+    std::byte* data = nullptr;
+    std::size_t size = 0;
+    void free() const noexcept {
+      if (kind == memory_kind::host)
+        owner->free_host(data, size);
+      else
+        owner->free_device(data, size);
+    }
+  };
+  pooled_buffer(std::shared_ptr<pool> from, entry e) : from_(std::move(from)), e_(e) {}
+  void swap(pooled_buffer& o) noexcept {
     std::swap(from_, o.from_);
-    std::swap(port_, o.port_);
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
+    std::swap(e_, o.e_);
   }
 
   std::shared_ptr<pool> from_;
-  port* port_ = nullptr;
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
+  entry e_;
 };
 
-/// Buffers given back, kept for the next calls (a few; the rest are freed).
-struct host_buffer::pool {
+/// Buffers given back, kept for the next calls (a few of each kind; the rest are freed).
+struct pooled_buffer::pool {
   static constexpr std::size_t kept = 4;
-  struct entry {
-    port* owner;
-    std::byte* data;
-    std::size_t size;
-  };
   std::mutex mutex;
   std::vector<entry> free;
   bool closed = false;
 
-  void give_back(port* p, std::byte* data, std::size_t size) noexcept {
+  void give_back(const entry& e) noexcept {
     {
       std::lock_guard lock(mutex);
-      if (!closed && free.size() < kept) {
-        free.push_back({p, data, size});
+      const auto same_kind = std::count_if(free.begin(), free.end(), [&](const entry& f) { return f.kind == e.kind; });
+      if (!closed && std::size_t(same_kind) < kept) {
+        free.push_back(e);
         return;
       }
     }
-    p->free_host(data, size);
+    e.free();
   }
   void close() noexcept {
     std::vector<entry> left;
@@ -77,20 +84,20 @@ struct host_buffer::pool {
       closed = true;
       left.swap(free);
     }
-    for (const entry& e : left) e.owner->free_host(e.data, e.size);
+    for (const entry& e : left) e.free();
   }
 };
 
-inline host_buffer::~host_buffer() {
-  if (!data_) return;
+inline pooled_buffer::~pooled_buffer() {
+  if (!e_.data) return;
   if (from_)
-    from_->give_back(port_, data_, size_);
+    from_->give_back(e_);
   else
-    port_->free_host(data_, size_);
+    e_.free();
 }
 
 /// @par Thread Safety
-/// stream() and staging() may be called from any thread.
+/// stream(), staging() and scratch() may be called from any thread.
 class rank_streams {
  public:
   rank_streams() = default;
@@ -112,24 +119,29 @@ class rank_streams {
   }
 
   /// Host memory of `p` of at least `bytes`: a kept buffer if one is large enough.
-  host_buffer staging(port& p, std::size_t bytes) {
+  pooled_buffer staging(port& p, std::size_t bytes) { return take(p, memory_kind::host, bytes); }
+  /// Device memory of `p` of at least `bytes`, as staging().
+  pooled_buffer scratch(port& p, std::size_t bytes) { return take(p, memory_kind::device, bytes); }
+
+ private:
+  pooled_buffer take(port& p, memory_kind kind, std::size_t bytes) {
     {
       std::lock_guard lock(pool_->mutex);
       auto& free = pool_->free;
       for (std::size_t k = 0; k < free.size(); ++k)
-        if (free[k].owner == &p && free[k].size >= bytes) {
-          const host_buffer::pool::entry e = free[k];
+        if (free[k].owner == &p && free[k].kind == kind && free[k].size >= bytes) {
+          const pooled_buffer::entry e = free[k];
           free.erase(free.begin() + std::ptrdiff_t(k));
-          return host_buffer(pool_, e.owner, e.data, e.size);
+          return pooled_buffer(pool_, e);
         }
     }
-    return host_buffer(pool_, &p, static_cast<std::byte*>(p.allocate_host(bytes)), bytes);
+    void* data = kind == memory_kind::host ? p.allocate_host(bytes) : p.allocate_device(bytes);
+    return pooled_buffer(pool_, {&p, kind, static_cast<std::byte*>(data), bytes});
   }
 
- private:
   std::mutex mutex_;
   std::map<port*, stream_handle> streams_;
-  std::shared_ptr<host_buffer::pool> pool_ = std::make_shared<host_buffer::pool>();
+  std::shared_ptr<pooled_buffer::pool> pool_ = std::make_shared<pooled_buffer::pool>();
 };
 
 }  // namespace mimatrix::device

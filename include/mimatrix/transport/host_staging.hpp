@@ -40,7 +40,7 @@ class host_staging {
   host_staging(const device::stream& caller, device::stream_handle own, device::rank_streams& resources,
                const reduce::host_kernels& kernels, const schedule::schedule& plan, const std::byte* input,
                std::byte* output, bool pipelined_output)
-      : in_(input ? resources.staging(*caller.device, plan.desc.input_bytes()) : device::host_buffer{}),
+      : in_(input ? resources.staging(*caller.device, plan.desc.input_bytes()) : device::pooled_buffer{}),
         out_(resources.staging(*caller.device, plan.desc.output_bytes())),
         copies_(caller, own, kernels, plan.desc.size),
         device_output_(output),
@@ -143,7 +143,7 @@ class host_staging {
     copies_.copy(device_output_ + at, out_.data() + at, std::min(out_piece_, output_bytes_ - at));
   }
 
-  device::host_buffer in_, out_;
+  device::pooled_buffer in_, out_;
   device_steps copies_;  // events and the gate on the caller's stream; goes before the buffers
   std::byte* device_output_;
   std::size_t output_bytes_;

@@ -72,7 +72,7 @@ class inproc {
     if (engine_->mode() != progress_mode::thread) engine_->set_mode(progress_mode::thread);
     auto lock = engine_->lock();
     return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, std::move(plan), input, output, sig,
-                                                      kernels, timeout, &caller, streams_->stream(*caller.device));
+                                                      kernels, timeout, &caller, streams_.get());
   }
 
   /// This rank will not take part in call `sig`: its peers fail with `code` at once

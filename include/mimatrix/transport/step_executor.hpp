@@ -97,7 +97,8 @@ class step_executor : public execution {
   /// the transport completes it later.
   virtual bool run_local(schedule::step_id id);
   /// The transport's part of ending with an error: tell the others (unless the failure
-  /// came from them), take back what is posted, let go of the call's memory.
+  /// came from them), take back what is posted, give back what peers lent, let go of the
+  /// call's memory.
   virtual void on_failure(errc code, bool tell_others) = 0;
 
   // ---- what a transport calls -------------------------------------------------------
@@ -184,6 +185,8 @@ class step_executor : public execution {
   void post_now(schedule::step_id id);
   /// post(), or deferred while a send or write would read device input still being made.
   posted try_post(schedule::step_id id);
+  /// The device failed or refused this call's work; false (the step is not done).
+  [[gnu::cold]] bool device_failed(const error& e);
   /// Ends the call's device work after a failure: what peers lent is let go of, and the
   /// caller's stream goes on.
   void settle_device_after_failure();
@@ -272,7 +275,7 @@ inline bool step_executor::advance() {
     changed = device_ && device_->poll();
     if (staging_) changed |= staging_->poll();
   } catch (const error& e) {  // the device failed work of this call (a progress thread must not throw)
-    fail(e.code() == errc::cuda ? errc::cuda : errc::transport, describe(stuck_context(), e.what()));
+    device_failed(e);
     return true;
   }
   changed |= poll();
@@ -433,7 +436,11 @@ inline bool step_executor::run_local(schedule::step_id id) {
     run_local_step(kernels_, step_at(id), mem_, plan_->desc.size);
     return true;
   }
-  device_->run_local(step_at(id), mem_);
+  try {
+    device_->run_local(step_at(id), mem_);
+  } catch (const error& e) {  // a progress thread must not throw
+    return device_failed(e);
+  }
   if (device_steps::feeds_stream_only(*plan_, id)) return true;
   device_->then([this, id] {
     if (!finished()) complete(id);
@@ -445,7 +452,11 @@ inline bool step_executor::land(schedule::step_id id, const std::byte* data) {
   const schedule::step& st = step_at(id);
   if (!data) return true;
   if (device_) {
-    device_->land(st, mem_, data);
+    try {
+      device_->land(st, mem_, data);
+    } catch (const error& e) {  // the transport's on_failure lets go of the peer's data
+      return device_failed(e);
+    }
     device_->then([this, id] {
       consumed(id);
       if (!finished()) complete(id);

@@ -1,7 +1,8 @@
 // Collectives on GPU memory through device::cuda_port: ranks as threads sharing one GPU,
 // every algorithm exact; a kernel that writes the input before the call and one that
 // reads the output after it, on the caller's stream with no host wait between; a failed
-// call that lets the stream go on. Skips where there is no CUDA device.
+// call that lets the stream go on; cudaMalloc memory can be shared with other processes
+// and host memory cannot. Skips where there is no CUDA device.
 #include "mimatrix/device/cuda_port.cuh"
 
 #include <gtest/gtest.h>
@@ -92,6 +93,41 @@ TEST_F(cuda_port_test, a_gate_holds_a_stream_until_another_stream_opens_it) {
   port.free_event(after);
   port.free_stream(held);
   port.free_stream(opener);
+}
+
+/// The code `f` throws, or none where it throws nothing.
+template <class F>
+std::error_code code_thrown_by(F&& f, std::string& what) {
+  try {
+    f();
+  } catch (const error& e) {
+    what = e.what();
+    return e.code();
+  }
+  return {};
+}
+
+TEST_F(cuda_port_test, cudamalloc_memory_is_shared_and_host_memory_is_refused) {
+  cuda_port& port = cuda_port::instance();
+  EXPECT_TRUE(port.shares_memory());
+  device_array<int> a(1024);
+  ASSERT_NE(a.data, nullptr);
+  std::size_t offset = 0;
+  const device::shared_memory handle = port.export_memory(a.data + 100, 200 * sizeof(int), offset);
+  EXPECT_EQ(offset, 100 * sizeof(int));
+  EXPECT_NE(handle.handle, device::shared_memory{}.handle);
+
+  std::string what;
+  std::vector<int> pageable(16);
+  EXPECT_EQ(code_thrown_by([&] { (void)port.export_memory(pageable.data(), 64, offset); }, what), errc::invalid_argument);
+  EXPECT_NE(what.find("cudaMalloc"), std::string::npos) << what;
+  void* pinned = port.allocate_host(64);
+  EXPECT_EQ(code_thrown_by([&] { (void)port.export_memory(pinned, 64, offset); }, what), errc::invalid_argument) << what;
+  port.free_host(pinned, 64);
+  EXPECT_EQ(code_thrown_by([&] { (void)port.export_memory(a.data + 1000, 100 * sizeof(int), offset); }, what),
+            errc::invalid_argument)
+      << "past the end of the allocation: " << what;
+  CHECK_CUDA(cudaGetLastError());  // the refusals leave no error behind for the next launch
 }
 
 template <class T, class Topology>

@@ -1,6 +1,6 @@
-// device::rank_streams: one stream of a rank's own a port, made once; host staging
-// buffers taken from the port and reused from call to call, and freed by the port that
-// allocated them, also when they outlive the pool.
+// device::rank_streams: one stream of a rank's own a port, made once; host staging and
+// device scratch buffers taken from the port, reused from call to call (each kind for its
+// own), and freed by the port that allocated them, also when they outlive the pool.
 #include "mimatrix/device/rank_streams.hpp"
 
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 namespace mimatrix::device {
 namespace {
 
-/// A host port that counts the host memory it hands out and takes back.
+/// A host port that counts the host and device memory it hands out and takes back.
 class counting_port final : public port {
  public:
   std::string_view name() const override { return "counting"; }
@@ -51,7 +51,18 @@ class counting_port final : public port {
     port::free_host(p, bytes);
   }
 
-  std::map<void*, std::size_t> live;
+  void* allocate_device(std::size_t bytes) override {
+    void* p = inner_.allocate_device(bytes);
+    live_device[p] = bytes;
+    return p;
+  }
+  void free_device(void* p, std::size_t bytes) noexcept override {
+    EXPECT_EQ(live_device[p], bytes) << "freed with another size than allocated";
+    live_device.erase(p);
+    inner_.free_device(p, bytes);
+  }
+
+  std::map<void*, std::size_t> live, live_device;
   int allocations = 0;
   int streams_freed = 0;
 
@@ -77,7 +88,7 @@ TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_the
     rank_streams streams;
     std::byte* first = nullptr;
     {
-      host_buffer big = streams.staging(dev, 4096);
+      pooled_buffer big = streams.staging(dev, 4096);
       ASSERT_NE(big.data(), nullptr);
       EXPECT_GE(big.size(), 4096u);
       first = big.data();
@@ -85,11 +96,11 @@ TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_the
     }
     EXPECT_EQ(dev.live.size(), 1u);  // kept for the next call
     {
-      host_buffer again = streams.staging(dev, 1000);  // smaller: the kept one serves
+      pooled_buffer again = streams.staging(dev, 1000);  // smaller: the kept one serves
       EXPECT_EQ(again.data(), first);
-      host_buffer larger = streams.staging(dev, 8192);  // none kept is large enough
+      pooled_buffer larger = streams.staging(dev, 8192);  // none kept is large enough
       EXPECT_NE(larger.data(), first);
-      host_buffer elsewhere = streams.staging(other, 10);  // another port's memory is its own
+      pooled_buffer elsewhere = streams.staging(other, 10);  // another port's memory is its own
       EXPECT_EQ(other.allocations, 1);
     }
     EXPECT_EQ(dev.allocations, 2);
@@ -98,15 +109,36 @@ TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_the
   EXPECT_TRUE(other.live.empty());
 }
 
+TEST(rank_streams, scratch_is_device_memory_kept_apart_from_staging) {
+  counting_port dev;
+  {
+    rank_streams streams;
+    std::byte* host = nullptr;
+    {
+      pooled_buffer staged = streams.staging(dev, 256);
+      host = staged.data();
+    }
+    pooled_buffer scratch = streams.scratch(dev, 128);  // a kept host buffer is large enough, but host
+    EXPECT_NE(scratch.data(), host);
+    EXPECT_EQ(dev.live_device.count(scratch.data()), 1u);
+    std::byte* device = scratch.data();
+    scratch = pooled_buffer{};
+    EXPECT_EQ(streams.scratch(dev, 64).data(), device);  // the kept device buffer serves again
+    EXPECT_EQ(streams.staging(dev, 64).data(), host);
+  }
+  EXPECT_TRUE(dev.live.empty());
+  EXPECT_TRUE(dev.live_device.empty()) << "the pool freed the device memory it kept, through free_device";
+}
+
 TEST(rank_streams, a_buffer_that_outlives_its_pool_is_freed_by_its_port) {
   counting_port dev;
-  host_buffer kept_past;
+  pooled_buffer kept_past;
   {
     rank_streams streams;
     kept_past = streams.staging(dev, 64);
   }
   EXPECT_EQ(dev.live.size(), 1u);
-  kept_past = host_buffer{};
+  kept_past = pooled_buffer{};
   EXPECT_TRUE(dev.live.empty());
 }
 

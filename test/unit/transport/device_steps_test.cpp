@@ -1,6 +1,7 @@
 // The executor's device memory space (device_steps.hpp) through the in-process transport
 // and the host implementation of device::port: every algorithm, dtype and op exact on
-// "device" buffers whose streams run late; NCCL's stream order (the call waits for the
+// "device" buffers whose streams run late, with every combine in device memory (a kernel
+// cannot read host memory; the port refuses it as a GPU would fault); NCCL's stream order (the call waits for the
 // work queued before it, and the work queued after it sees its result) with no host
 // wait; and a failed call that ends its stream's wait instead of hanging it.
 #include "mimatrix/transport/device_steps.hpp"
@@ -21,6 +22,7 @@
 #include "mimatrix/topology/hierarchical.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/transport/inproc.hpp"
+#include "support/device_array.hpp"
 #include "support/dtypes.hpp"
 #include "support/small_values.hpp"
 
@@ -28,7 +30,12 @@ namespace mimatrix {
 namespace {
 
 using namespace std::chrono_literals;
+using test::device_array;
 using transport::inproc;
+
+/// A host "device" whose every operation runs `lag` late, and whose kernels refuse host
+/// memory.
+device::host_port::settings late(std::chrono::microseconds lag) { return {.lag = lag, .device_memory_only = true}; }
 
 call_options on(device::host_port& dev, device::stream_handle s, const std::string& algorithm = {},
                 std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
@@ -40,14 +47,14 @@ call_options on(device::host_port& dev, device::stream_handle s, const std::stri
 template <class Topology>
 void expect_exact_allreduce(int p, Topology topo, const std::string& algorithm, dtype t, reduce::op_kind op,
                             std::size_t n, bool in_place, std::chrono::microseconds lag) {
-  device::host_port dev({.lag = lag});
+  device::host_port dev(late(lag));
   test::with_dtype(t, [&](auto tag) {
     using T = typename decltype(tag)::type;
     transport::run_inproc(p, [&](int r, inproc::world& w) {
       communicator<inproc> comm(w, r);
       collectives<inproc, Topology> coll(comm, topo);
       const device::stream_handle s = dev.make_stream();
-      std::vector<T> in(n), out(n);
+      device_array<T> in(dev, n), out(dev, n);
       for (std::size_t i = 0; i < n; ++i) in[i] = T(static_cast<float>(test::small_value(r, i)));
       T* dst = in_place ? in.data() : out.data();
       coll.allreduce(in.data(), dst, n, t, op, on(dev, s, algorithm)).wait();
@@ -87,21 +94,21 @@ TEST(device_steps, every_algorithm_is_exact_on_device_buffers) {
 TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_buffers) {
   constexpr int p = 4;
   constexpr std::size_t n = 250;
-  device::host_port dev({.lag = 10us});
+  device::host_port dev(late(10us));
   transport::run_inproc(p, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     const device::stream_handle s = dev.make_stream();
-    std::vector<std::int32_t> whole(n * p), part(n);
+    device_array<std::int32_t> whole(dev, n * p), part(dev, n);
     for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = test::small_value(r, i);
     coll.reduce_scatter(whole.data(), part.data(), n, dtype::int32, reduce::op_kind::sum, on(dev, s)).wait();
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(part[i], test::reduced_small_values(reduce::op_kind::sum, p, r * n + i, true)) << i;
 
-    std::vector<std::int32_t> mine(n, r + 1), all(n * p);
+    device_array<std::int32_t> mine(dev, n, r + 1), all(dev, n * p);
     coll.allgather(mine.data(), all.data(), n, dtype::int32, on(dev, s)).wait();
     for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], int(i / n) + 1) << i;
 
-    std::vector<std::int32_t> root_data(n, 42), got(n, 0);
+    device_array<std::int32_t> root_data(dev, n, 42), got(dev, n, 0);
     coll.broadcast(r == 2 ? root_data.data() : nullptr, got.data(), n, dtype::int32, 2, on(dev, s)).wait();
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 42) << i;
     dev.free_stream(s);
@@ -114,19 +121,20 @@ TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_bu
 TEST(device_steps, the_call_is_ordered_on_the_callers_stream_without_a_host_wait) {
   constexpr int p = 3;
   constexpr std::size_t n = 4096;
-  device::host_port dev({.lag = 200us});
+  device::host_port dev(late(200us));
   for (const char* algo : {"ring", "recursive_doubling"})
     transport::run_inproc(p, [&](int r, inproc::world& w) {
       communicator<inproc> comm(w, r);
       collectives<inproc> coll(comm);
       const device::stream_handle s = dev.make_stream();
-      std::vector<std::int64_t> data(n, 0), seen;
+      device_array<std::int64_t> data(dev, n, 0);
+      std::vector<std::int64_t> seen;
       dev.enqueue(s, [&] {
         std::this_thread::sleep_for(30ms);
         for (std::size_t i = 0; i < n; ++i) data[i] = std::int64_t(i) * (r + 1);
       });
       auto pending = coll.allreduce(data.data(), data.data(), n, dtype::int64, reduce::op_kind::sum, on(dev, s, algo));
-      dev.enqueue(s, [&] { seen = data; });
+      dev.enqueue(s, [&] { seen = data.copy(); });
       dev.synchronize(s);
       ASSERT_EQ(seen.size(), n);
       for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], std::int64_t(i) * (p * (p + 1) / 2)) << algo << " " << i;
@@ -138,13 +146,13 @@ TEST(device_steps, the_call_is_ordered_on_the_callers_stream_without_a_host_wait
 // Rank 1 never calls: rank 0's call times out, and the work queued after it on its stream
 // still runs (the gate opens on failure) instead of waiting forever.
 TEST(device_steps, a_failed_call_lets_the_stream_go_on) {
-  device::host_port dev({.lag = 50us});
+  device::host_port dev(late(50us));
   transport::run_inproc(2, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     if (r == 1) return;
     const device::stream_handle s = dev.make_stream();
-    std::vector<std::int32_t> data(1000, 1);
+    device_array<std::int32_t> data(dev, 1000, 1);
     bool after = false;
     auto pending =
         coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum, on(dev, s, {}, 300ms));
@@ -163,18 +171,47 @@ TEST(device_steps, a_failed_call_lets_the_stream_go_on) {
 
 // Counts that differ fail both ranks with mismatch; neither stream is left held.
 TEST(device_steps, a_mismatch_fails_every_rank_and_frees_their_streams) {
-  device::host_port dev({.lag = 20us});
+  device::host_port dev(late(20us));
   transport::run_inproc(2, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     const device::stream_handle s = dev.make_stream();
-    std::vector<std::int32_t> data(r == 0 ? 1000 : 1024, 1);
+    device_array<std::int32_t> data(dev, r == 0 ? 1000 : 1024, 1);
     auto pending = coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum,
                                   on(dev, s, "ring", 5s));
     std::error_code ec;
     pending.wait(ec);
     EXPECT_EQ(ec, errc::mismatch) << r;
     dev.synchronize(s);
+    dev.free_stream(s);
+  });
+}
+
+// A device that refuses a call's work (here: a combine in host memory, which a GPU's
+// kernel cannot read) fails the call on every rank with what it said, instead of
+// throwing out of the progress thread; the streams go on.
+TEST(device_steps, work_the_device_refuses_fails_the_call_and_names_why) {
+  device::host_port dev(late(10us));
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    std::vector<std::int32_t> host(1000, 1);  // not device memory
+    auto pending = coll.allreduce(host.data(), host.data(), host.size(), dtype::int32, reduce::op_kind::sum,
+                                  on(dev, s, "ring", 5s));
+    try {
+      pending.wait();
+      ADD_FAILURE() << "rank " << r << ": a combine in host memory was taken";
+    } catch (const error& e) {
+      if (std::string(e.what()).find("failed on another rank") == std::string::npos) {
+        EXPECT_EQ(e.code(), errc::transport) << e.what();
+        EXPECT_NE(std::string(e.what()).find("not device memory"), std::string::npos) << e.what();
+      }
+    }
+    bool after = false;
+    dev.enqueue(s, [&] { after = true; });
+    dev.synchronize(s);
+    EXPECT_TRUE(after);
     dev.free_stream(s);
   });
 }

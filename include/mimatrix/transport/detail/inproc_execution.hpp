@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/rank_streams.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -31,17 +32,21 @@ class inproc_execution final : public step_executor {
   inproc_execution(std::shared_ptr<progress_engine> engine, inproc_world& world, int rank,
                    std::shared_ptr<const schedule::schedule> plan, const std::byte* input, std::byte* output,
                    const signature& sig, const reduce::host_kernels& kernels, std::chrono::milliseconds timeout,
-                   const device::stream* caller = nullptr, device::stream_handle own = nullptr)
+                   const device::stream* caller = nullptr, device::rank_streams* resources = nullptr)
       : step_executor(*engine, std::move(plan), sig, kernels, timeout, nullptr),
         owner_(std::move(engine)),
         world_(world),
         rank_(rank),
-        scratch_(this->plan().scratch_bytes),
         sends_(std::make_unique<posted_send[]>(this->plan().steps.size())) {
-    mem_ = {input, output, scratch_.data()};
-    if (caller) {
-      run_on_device(*caller, own);
+    const std::size_t scratch_bytes = this->plan().scratch_bytes;
+    if (caller) {  // scratch is combined in by the device's kernels: device memory
+      if (scratch_bytes) device_scratch_ = resources->scratch(*caller->device, scratch_bytes);
+      mem_ = {input, output, device_scratch_.data()};
+      run_on_device(*caller, resources->stream(*caller->device));
       held_.assign(this->plan().steps.size(), nullptr);
+    } else {
+      scratch_.resize(scratch_bytes);
+      mem_ = {input, output, scratch_.data()};
     }
     if (auto f = world_.join(rank_, sig))
       fail(f->code, f->message);
@@ -112,6 +117,10 @@ class inproc_execution final : public step_executor {
   /// has not claimed (waiting for one being read now).
   void on_failure(errc code, bool) override {
     world_.fail(sig().sequence, {code, message()});
+    // What this rank holds and will not read now (a landing the device refused), before
+    // it waits for its peers to let go of its own: they may be waiting likewise.
+    for (posted_send*& held : held_)
+      if (held) release(std::exchange(held, nullptr));
     for (schedule::step_id id : in_flight_) {
       posted_send& ps = sends_[id];
       if (!world_.withdraw(step_at(id).peer, &ps))
@@ -264,6 +273,7 @@ class inproc_execution final : public step_executor {
   inproc_world& world_;
   int rank_;
   std::vector<std::byte> scratch_;
+  device::pooled_buffer device_scratch_;  // a device call's scratch, instead of scratch_
   std::unique_ptr<posted_send[]> sends_;  // indexed by step id; used by send steps
   std::vector<schedule::step_id> waiting_, in_flight_, done_;
   std::vector<std::pair<schedule::step_id, posted_send*>> matched_;

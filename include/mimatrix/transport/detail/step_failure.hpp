@@ -36,6 +36,11 @@ inline void step_executor::fail_from(errc code, const std::string& message) {
   on_failure(code, false);
 }
 
+inline bool step_executor::device_failed(const error& e) {
+  fail(e.code() == errc::cuda ? errc::cuda : errc::transport, describe(stuck_context(), e.what()));
+  return false;
+}
+
 inline void step_executor::settle_device_after_failure() {
   if (staging_) staging_->abandon();
   if (!device_) return;

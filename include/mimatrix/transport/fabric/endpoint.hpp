@@ -15,10 +15,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -105,6 +107,17 @@ class endpoint {
 
   /// Whether data messages carry the call's signature as remote CQ data.
   bool carries_signature() const { return carries_signature_; }
+
+  /// Whether calls on device buffers may read peers' device memory directly, where the
+  /// port can share it and every peer is on this host (MIMATRIX_DEVICE_IPC, default on;
+  /// 0 stages through host memory). Agreed at start-up: both ends must move alike.
+  static bool device_ipc() {
+    static const bool on = [] {
+      const char* v = std::getenv("MIMATRIX_DEVICE_IPC");
+      return !v || std::string_view(v) != "0";
+    }();
+    return on;
+  }
 
   /// The shared-memory mailboxes to ranks on this host, for small messages and for
   /// chunks (nullptr: none).

@@ -278,7 +278,8 @@ inline std::string endpoint::agreed_settings() const {
   return std::string("MIMATRIX_MAILBOX=") + on(settings_.mailbox) + " MIMATRIX_BULK=" + on(settings_.bulk) +
          " MIMATRIX_CHUNK_BYTES=" +
          std::to_string(settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_)) +
-         " bulk_slots=" + std::to_string(settings_.bulk_slots) + " MIMATRIX_ALGO=" + algorithm_rules();
+         " bulk_slots=" + std::to_string(settings_.bulk_slots) + " MIMATRIX_ALGO=" + algorithm_rules() +
+         " MIMATRIX_DEVICE_IPC=" + (device_ipc() ? "on" : "off");
 }
 
 /// MIMATRIX_ALGO without its spaces ("unset" when it is): ranks that pin different

@@ -7,8 +7,9 @@
 // steps still reduce; -FI_EAGAIN is back-pressure.
 // This file declares the class, with its set-up and the executor's hooks; the paths are
 // defined by idea in execution_messages.hpp (tagged messages and staging),
-// execution_rings.hpp (mailboxes and bulk rings) and execution_one_sided.hpp (RMA
-// writes and flags), included at the end.
+// execution_rings.hpp (mailboxes and bulk rings), execution_one_sided.hpp (RMA writes
+// and flags) and execution_shared.hpp (device memory read by peers on this host),
+// included at the end.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -16,6 +17,7 @@
 #include <rdma/fi_eq.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +56,7 @@ class execution final : public step_executor, private call {
         ws_(ep_->take_workspace()),
         user_output_(output) {
     mem_ = {input, output, nullptr};
+    shared_ = caller && shares_device_memory(*caller->device);
     const auto& steps = this->plan().steps;
     const std::size_t n = steps.size();
     state_.assign(n, step_state{});
@@ -71,13 +74,17 @@ class execution final : public step_executor, private call {
       if (schedule::is_communication(st.kind) && st.tag > wire::max_tag)
         throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
                                                 " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
-      if (schedule::is_communication(st.kind) && (state_[i].box = box_for(st))) continue;
+      if (schedule::is_communication(st.kind) && (state_[i].box = shared_ ? small_ : box_for(st))) continue;
       if (st.kind == kind::recv_reduce) {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
     }
-    if (caller) {  // device buffers: the call runs on host copies (no FI_HMEM path yet)
+    if (shared_) {  // device buffers that peers read directly; scratch too, combined by the device
+      if (this->plan().scratch_bytes) device_scratch_ = resources->scratch(*caller->device, this->plan().scratch_bytes);
+      mem_.scratch = device_scratch_.data();
+      run_on_device(*caller, resources->stream(*caller->device));
+    } else if (caller) {  // device buffers: the call runs on host copies (no FI_HMEM path yet)
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, resources->stream(*caller->device), *resources, input, output, !one_sided_);
       user_output_ = mem_.output;
@@ -99,16 +106,18 @@ class execution final : public step_executor, private call {
     }
     if (one_sided_)
       use_window();
-    else
+    else if (!shared_)
       mem_.scratch = ws_->scratch.reserve(this->plan().scratch_bytes);
-    register_whole_buffers();
+    if (!shared_) register_whole_buffers();
     if (const fabric::failure* d = ep_->disabled())
       fail(d->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + d->message);
     else if (const fabric::failure* a = ep_->aborted())
       abandon(a->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + a->message);
     else if (auto f = ep_->failure(sig.sequence))
       fail_from(f->code, f->message);
-    else
+    else if (shared_ && !export_buffers(*caller->device)) {
+      // failed, saying why
+    } else
       stage_more();  // receives into staging depend on nothing: post as many as there are slots now
     start();
   }
@@ -138,6 +147,7 @@ class execution final : public step_executor, private call {
     bool changed = in_flight_ || one_sided_ || (++rounds_ & 63) == 0 ? ep_->progress() : false;
     if (finished()) return true;
     if (one_sided_) changed |= take_flags();
+    if (shared_) changed |= send_reads() | take_reads();
     if (!polls_.empty() && !finished()) changed |= poll_mailboxes();
     return changed;
   }
@@ -166,6 +176,7 @@ class execution final : public step_executor, private call {
 
   /// Every step is done: a one-sided call's output comes out of the window.
   bool conclude() override {
+    if (shared_ && (send_reads(), !reads_due_.empty())) return false;  // a sender waits for them
     if (plan().desc.kind == schedule::collective::broadcast && !find_untaken()) return false;
     if (one_sided_ && plan().desc.output_bytes()) std::memcpy(user_output_, mem_.output, plan().desc.output_bytes());
     give_back_memory();
@@ -197,6 +208,7 @@ class execution final : public step_executor, private call {
 
   /// A staged recv_reduce has been reduced: its slot goes to the next one.
   void consumed(schedule::step_id id) override {
+    if (shared_) return read_done(id);
     if (state_[id].box) return;
     free_slots_.push_back(state_[id].slot);
     stage_more();
@@ -309,6 +321,40 @@ class execution final : public step_executor, private call {
   /// means the writer runs another call (its data landed only in this rank's window).
   bool take_flags();
 
+  // ---- device memory that peers on this host read (execution_shared.hpp) ------------
+
+  /// What a send posts instead of its data when its receiver reads the sender's device
+  /// memory itself (as NCCL's P2P transport over CUDA IPC).
+  struct shared_region {
+    device::shared_memory block;
+    std::uint64_t offset;  // in the block
+    std::uint64_t bytes;
+  };
+
+  /// Whether this call's device buffers are read by its peers directly: the port shares
+  /// memory, MIMATRIX_DEVICE_IPC allows it, every peer is on this host with a mailbox,
+  /// and the schedule has no one-sided step (those stage through host memory).
+  bool shares_device_memory(device::port& port) const;
+
+  /// Exports the call's buffers once; false (the call failed, saying why) where the port
+  /// cannot share them.
+  bool export_buffers(device::port& port);
+
+  /// Posts the region a send reads to its receiver, which answers once it has read it.
+  posted post_shared(schedule::step_id id);
+
+  /// A receive's region from `peer`, checked and opened, is read where it lies.
+  bool take_shared(local_mailboxes& box, int peer, schedule::step_id id, const local_mailboxes::message& m);
+
+  /// Receive `id` has read its sender's memory: the sender is told (send_reads()).
+  void read_done(schedule::step_id id);
+
+  /// Tells senders what was read, as their rings have room; true if any went.
+  bool send_reads();
+
+  /// The sends whose receivers have read them are done; true if any.
+  bool take_reads();
+
   // ---- completions, from the endpoint's progress (execution_messages.hpp) -------------
 
   void on_complete(posted_op& r, const fi_cq_tagged_entry& e) override;
@@ -348,6 +394,12 @@ class execution final : public step_executor, private call {
 
   std::shared_ptr<endpoint> ep_;
   std::uint64_t packed_;
+  bool shared_ = false;             // device buffers read by peers directly (execution_shared.hpp)
+  device::port* port_ = nullptr;     // their port, when shared_
+  std::array<shared_region, 3> exported_{};  // by schedule::buffer: the call's buffers as peers open them
+  device::pooled_buffer device_scratch_;      // a shared call's scratch
+  std::vector<schedule::step_id> unread_;     // sends whose receivers have not read them yet
+  std::vector<std::pair<int, std::uint64_t>> reads_due_;  // (sender, read_tag) not sent yet
   std::unique_ptr<workspace> ws_;
   std::byte* user_output_;
   bool one_sided_ = false;    // runs writes and waits over the RMA window
@@ -386,3 +438,4 @@ class execution final : public step_executor, private call {
 #include "mimatrix/transport/fabric/execution_messages.hpp"
 #include "mimatrix/transport/fabric/execution_one_sided.hpp"
 #include "mimatrix/transport/fabric/execution_rings.hpp"
+#include "mimatrix/transport/fabric/execution_shared.hpp"

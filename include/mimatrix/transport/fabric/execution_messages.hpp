@@ -29,6 +29,7 @@ inline execution::posted execution::post(schedule::step_id id) {
   if (schedule::is_one_sided(st.kind)) return post_write(id);
   if (local_mailboxes* box = state_[id].box) {
     if (st.kind != kind::send) return poll_later(id);
+    if (shared_) return post_shared(id);
     if (!box->try_send(st.peer, wire::data_tag(plan().rank, sig().sequence, st.tag), packed_, mem_.read(st.src),
                        st.src.bytes))
       return posted::deferred;  // the ring is full

@@ -59,6 +59,7 @@ inline bool execution::take_arrived(local_mailboxes& box, int peer) {
   polls_.pop_back();
   state_[id].polling = false;
   const schedule::step& st = step_at(id);
+  if (shared_) return take_shared(box, peer, id, *m);
   if (m->data != packed_ || m->bytes != st.dst.bytes) [[unlikely]] {
     reject(box, peer, id, *m);
     return true;

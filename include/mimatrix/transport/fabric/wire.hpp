@@ -34,6 +34,11 @@ constexpr std::uint64_t data_tag(int sender, std::uint64_t sequence, std::uint32
 constexpr std::uint64_t control_tag(int sender) {
   return control_bit | (std::uint64_t(sender) << (sequence_bits + tag_bits));
 }
+/// Through a mailbox, a receiver's word that it has read a sender's device memory
+/// (execution_shared.hpp): the data tag with the control bit, apart from every data tag.
+constexpr std::uint64_t read_tag(int receiver, std::uint64_t sequence, std::uint32_t tag) {
+  return control_bit | data_tag(receiver, sequence, tag);
+}
 /// A control receive matches any control message from anyone.
 constexpr std::uint64_t control_ignore = ~control_bit;
 

@@ -1,0 +1,152 @@
+// Device buffers read directly by peers on one host (fabric/execution_shared.hpp, as CUDA
+// IPC): each receiver opens its sender's block and copies or reduces from it on its own
+// stream; nothing goes through host memory. Through the host port, whose "device" blocks
+// processes share (memfd) and whose kernels refuse host memory: exact results for every
+// two-sided algorithm and collective on late-running streams, ordered on the caller's
+// stream; one-sided GDRAA staged beside them; a buffer that cannot be shared fails every
+// rank, naming it.
+#include "mimatrix/transport/fabric.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/collectives.hpp"
+#include "mimatrix/device/host_port.hpp"
+#include "mimatrix/topology/mesh.hpp"
+#include "multi_process.hpp"
+#include "support/device_array.hpp"
+
+namespace mimatrix {
+namespace {
+
+using namespace std::chrono_literals;
+using test::device_array;
+using transport::fabric;
+
+call_options on(const device::stream& s, std::string algorithm = {}) {
+  return {.algorithm = std::move(algorithm), .timeout = {}, .stream = s, .tag = 0};
+}
+
+MIMATRIX_SCENARIO(shared_collectives) {
+  device::host_port dev({.lag = 20us, .device_memory_only = true});  // before the communicator
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int p = comm.size(), r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  int wrong = 0;
+
+  // A producer queued before each call writes the input late; only the stream is
+  // synchronized before the result is read, by a consumer queued after the call.
+  constexpr std::size_t n = 30'011;
+  for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
+    for (bool in_place : {true, false}) {
+      device_array<std::int64_t> in(dev, n), out(dev, n);
+      std::vector<std::int64_t> seen;
+      dev.enqueue(s.handle, [&] {
+        std::this_thread::sleep_for(10ms);
+        for (std::size_t i = 0; i < n; ++i) in[i] = std::int64_t(i % 1000) * (r + 1);
+      });
+      std::int64_t* dst = in_place ? in.data() : out.data();
+      auto pending = coll.allreduce(in.data(), dst, n, dtype::int64, reduce::op_kind::sum, on(s, algo));
+      dev.enqueue(s.handle, [&] { seen.assign(dst, dst + n); });
+      dev.synchronize(s.handle);
+      pending.wait();
+      int bad = seen.size() != n;
+      for (std::size_t i = 0; i < n && !bad; ++i) bad += seen[i] != std::int64_t(i % 1000) * (p * (p + 1) / 2);
+      if (bad) std::printf("rank %d: %s%s wrong\n", r, algo, in_place ? " in place" : "");
+      wrong += bad;
+    }
+
+  device_array<float> avg(dev, 999, float(r + 1));
+  coll.allreduce(avg.data(), avg.data(), avg.size(), dtype::float32, reduce::op_kind::avg, on(s)).wait();
+  for (std::size_t i = 0; i < avg.size(); ++i) wrong += avg[i] != float(p + 1) / 2;
+
+  constexpr std::size_t m = 1000;
+  device_array<std::int32_t> whole(dev, m * std::size_t(p)), part(dev, m);
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i) + r;
+  coll.reduce_scatter(whole.data(), part.data(), m, dtype::int32, reduce::op_kind::sum, on(s)).wait();
+  for (std::size_t i = 0; i < m; ++i) wrong += part[i] != p * std::int32_t(std::size_t(r) * m + i) + p * (p - 1) / 2;
+
+  device_array<float> mine(dev, m, float(r + 1)), all(dev, m * std::size_t(p));
+  coll.allgather(mine.data(), all.data(), m, dtype::float32, on(s)).wait();
+  for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != float(i / m + 1);
+
+  device_array<std::int32_t> root(dev, 777, 5), got(dev, 777, 0);
+  coll.broadcast(r == p - 1 ? root.data() : nullptr, got.data(), got.size(), dtype::int32, p - 1, on(s)).wait();
+  for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != 5;
+
+  const std::size_t opened = dev.imported_blocks();
+  if (opened == 0) std::printf("rank %d: no peer's block was opened: the calls did not read peers' memory\n", r);
+  wrong += opened == 0;
+
+  // GDRAA writes one-sided into the RMA window: staged through host memory beside them.
+  collectives<fabric, topology::mesh> mesh(comm);
+  device_array<std::int64_t> written(dev, 5000);
+  for (std::size_t i = 0; i < written.size(); ++i) written[i] = std::int64_t(i) + r;
+  mesh.allreduce(written.data(), written.data(), written.size(), dtype::int64, reduce::op_kind::sum, on(s, "gdraa"))
+      .wait();
+  for (std::size_t i = 0; i < written.size(); ++i) wrong += written[i] != p * std::int64_t(i) + p * (p - 1) / 2;
+  wrong += dev.imported_blocks() != opened;
+
+  dev.free_stream(s.handle);
+  if (wrong == 0) std::printf("rank %d: shared device calls exact\n", r);
+  return wrong == 0 ? 0 : 1;
+}
+
+// Rank 1's input is host memory, which no peer can open: every rank fails the call, and
+// the one that could not share says which buffer and why.
+MIMATRIX_SCENARIO(unshareable_buffer) {
+  device::host_port dev({.lag = 0us, .device_memory_only = true});
+  communicator<fabric> comm;
+  comm.set_timeout(20s);
+  collectives<fabric> coll(comm);
+  const int r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  device_array<std::int32_t> shared(dev, 4096, 1);
+  std::vector<std::int32_t> host(4096, 1);
+  std::int32_t* data = r == 1 ? host.data() : shared.data();
+  std::string what = "succeeded";
+  try {
+    coll.allreduce(data, data, 4096, dtype::int32, reduce::op_kind::sum, on(s, "ring")).wait();
+  } catch (const error& e) {
+    what = e.what();
+  }
+  dev.synchronize(s.handle);
+  dev.free_stream(s.handle);
+  std::printf("rank %d: %s\n", r, what.c_str());
+  return what != "succeeded" ? 0 : 1;
+}
+
+class device_sharing : public ::testing::TestWithParam<std::string> {};
+
+// The mailboxes carry where the data lies; tcp has them only when asked.
+const std::vector<std::pair<std::string, std::string>> mailboxes_on{{"MIMATRIX_MAILBOX", "on"}};
+
+TEST_P(device_sharing, peers_read_each_others_device_buffers_exactly) {
+  const auto result = test::run_ranks(3, GetParam(), "shared_collectives", mailboxes_on);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("shared device calls exact"), std::string::npos)
+        << test::all_output(result);
+}
+
+TEST_P(device_sharing, a_buffer_no_peer_can_open_fails_every_rank_and_is_named) {
+  const auto result = test::run_ranks(3, GetParam(), "unshareable_buffer", mailboxes_on);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  EXPECT_NE(result.output[1].find("cannot share its input buffer"), std::string::npos) << test::all_output(result);
+  EXPECT_NE(result.output[1].find("rank 1"), std::string::npos) << test::all_output(result);
+}
+
+INSTANTIATE_TEST_SUITE_P(fabric, device_sharing, ::testing::ValuesIn(test::test_providers()),
+                         [](const auto& info) { return test::provider_label(info.param); });
+
+}  // namespace
+}  // namespace mimatrix
