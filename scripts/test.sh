@@ -102,7 +102,7 @@ scripts/setup-debian.sh clang-16
 
 for preset in "${presets[@]}"; do
   begin "$preset: configure"
-  cmake --preset "$preset" -DMIMATRIX_LONG_TESTS=$long
+  cmake --preset "$preset" -DMIMATRIX_LONG_TESTS=$long -DMIMATRIX_CUDA_BENCHMARKS=$long
 
   # The clang build proves that users' other compiler takes every header (each on its
   # own), the examples, and the tests that instantiate every collective, transport and

@@ -35,6 +35,7 @@ struct options {
   int ranks = 0;  // 0: the launcher's world size
   std::string provider;
   std::string algo;
+  std::string device;  // -G: buffers in device memory of this port ("host", "cuda"); empty: host memory
   std::vector<std::string> argv;  // the command line as given, for the JSON report
 };
 
@@ -92,6 +93,8 @@ inline void print_usage(std::FILE* f, std::string_view program) {
       "  --ranks <n>        ranks (in-process binaries; launcher binaries check it)\n"
       "  --provider <name>  transport provider (shm, tcp, ...)\n"
       "  --algo <name>      algorithm\n"
+      "  -G,--device <host|cuda>  buffers in device memory, calls on a stream: the CUDA port\n"
+      "                     (built with nvcc), or the host port that stands in for it\n"
       "  -h,--help\n",
       static_cast<int>(program.size()), program.data());
 }
@@ -114,6 +117,7 @@ inline constexpr flag flags[] = {
     {'w', "warmup_iters"}, {'c', "check"}, {'d', "datatype"}, {'o', "op"}, {'r', "root"},
     {'a', "average"}, {'z', "blocking"}, {'J', "output_file"}, {'t', "nthreads"}, {'g', "ngpus"},
     {'R', "ranks"}, {'P', "provider"}, {'A', "algo"},  // long-only: their letters are internal keys
+    {'G', "device"},
 };
 
 inline std::optional<long> parse_int(std::string_view s) {
@@ -168,6 +172,10 @@ inline std::string apply(options& o, char key, std::string_view name, std::strin
     case 'J': o.output_file = v; return {};
     case 'P': o.provider = v; return {};
     case 'A': o.algo = v; return {};
+    case 'G':
+      if (v != "host" && v != "cuda") return bad("host or cuda");
+      o.device = v;
+      return {};
   }
   return "internal: unhandled flag --" + std::string(name);
 }

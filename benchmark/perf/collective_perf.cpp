@@ -3,6 +3,8 @@
 // the operation and the algorithm (--algo) are values, as a framework has them. Compiled
 // once for the four programs (a unit took 7 s in each).
 // `--ranks N` without a launcher's environment starts N local ranks of this same program.
+// `-G host|cuda` runs the calls on device buffers, ordered on a stream (NCCL's way); the
+// sweep fills and checks host copies of them, outside the timed calls.
 #include "collective_perf.hpp"
 
 #include <unistd.h>
@@ -15,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "cuda_device_port.hpp"
 #include "driver.hpp"
 #include "mimatrix/bootstrap/launch.hpp"
 #include "mimatrix/collectives.hpp"
+#include "mimatrix/device/host_port.hpp"
 #include "mimatrix/topology/bigraph.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
@@ -57,12 +61,13 @@ static_assert(int(redop::prod) == int(reduce::op_kind::prod) && int(redop::avg) 
 template <class Topology>
 class runtime_call final : public call {
  public:
-  runtime_call(collective c, fabric_comm& comm, Topology topo, mimatrix::dtype type, redop op, const std::string& algo)
+  runtime_call(collective c, fabric_comm& comm, Topology topo, mimatrix::dtype type, redop op, const std::string& algo,
+               std::optional<device::stream> stream)
       : c_(c),
         coll_(comm, std::move(topo)),
         type_(type),
         op_(static_cast<reduce::op_kind>(op)),
-        options_{algo == "auto" ? std::string() : algo, std::nullopt, std::nullopt} {}
+        options_{algo == "auto" ? std::string() : algo, std::nullopt, stream} {}
 
   void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) override {
     const std::size_t block = count * size_of(type_) * std::size_t(coll_.comm().rank());
@@ -87,6 +92,70 @@ class runtime_call final : public call {
   call_options options_;
 };
 
+/// -G: the buffers the calls run on, in device memory of a port, and a stream of the
+/// caller's; host copies move across on that stream.
+class device_buffers {
+ public:
+  explicit device_buffers(device::port& p) : port_(p), stream_(p.make_stream()) {}
+  device_buffers(const device_buffers&) = delete;
+  device_buffers& operator=(const device_buffers&) = delete;
+  ~device_buffers() {
+    port_.synchronize(stream_);
+    release();
+    port_.free_stream(stream_);
+  }
+
+  device::stream stream() const { return {&port_, stream_}; }
+  std::byte* in() const { return in_; }
+  std::byte* out() const { return out_; }
+
+  /// Device buffers of the host copies' sizes, holding their bytes.
+  void take(const std::vector<std::byte>& in, const std::vector<std::byte>& out) {
+    if (in.size() > in_bytes_ || out.size() > out_bytes_) {
+      port_.synchronize(stream_);
+      release();
+      in_bytes_ = in.size();
+      out_bytes_ = out.size();
+      in_ = static_cast<std::byte*>(port_.allocate_device(in_bytes_));
+      out_ = static_cast<std::byte*>(port_.allocate_device(out_bytes_));
+    }
+    port_.copy(stream_, in_, in.data(), in.size());
+    port_.copy(stream_, out_, out.data(), out.size());
+    port_.synchronize(stream_);
+  }
+  /// The device buffers' bytes back in the host copies.
+  void give(std::vector<std::byte>& in, std::vector<std::byte>& out) {
+    port_.copy(stream_, in.data(), in_, in.size());
+    port_.copy(stream_, out.data(), out_, out.size());
+    port_.synchronize(stream_);
+  }
+
+ private:
+  void release() {
+    if (in_) port_.free_device(in_, in_bytes_);
+    if (out_) port_.free_device(out_, out_bytes_);
+    in_ = out_ = nullptr;
+  }
+
+  device::port& port_;
+  device::stream_handle stream_;
+  std::byte* in_ = nullptr;
+  std::byte* out_ = nullptr;
+  std::size_t in_bytes_ = 0, out_bytes_ = 0;
+};
+
+/// The port `-G` names, or none.
+device::port* device_port(const std::string& name) {
+  if (name.empty()) return nullptr;
+  if (name == "host") {
+    static device::host_port host;  // outlives every communicator that ran calls on it
+    return &host;
+  }
+  if (device::port* cuda = cuda_device_port()) return cuda;
+  std::fprintf(stderr, "-G cuda: these programs were built without CUDA (no nvcc, or MIMATRIX_CUDA_BENCHMARKS=OFF)\n");
+  std::exit(2);
+}
+
 /// The harness's runner over a fabric communicator.
 class fabric_runner {
  public:
@@ -96,14 +165,19 @@ class fabric_runner {
       std::fprintf(stderr, "mimatrix has no %s type\n", std::string(name(o.type)).c_str());
       std::exit(2);
     }
+    std::optional<device::stream> stream;
+    if (device::port* port = device_port(o.device)) {
+      device_ = std::make_unique<device_buffers>(*port);
+      stream = device_->stream();
+    }
     // --algo names an algorithm; gdraa and hdrm run on their own topologies.
     if (o.algo == "gdraa")
-      call_ = std::make_unique<runtime_call<topology::mesh>>(c, comm_, topology::mesh{}, *type, o.op, o.algo);
+      call_ = std::make_unique<runtime_call<topology::mesh>>(c, comm_, topology::mesh{}, *type, o.op, o.algo, stream);
     else if (o.algo == "hdrm")
       call_ = std::make_unique<runtime_call<topology::bigraph>>(c, comm_, topology::bigraph::for_size(comm_.size()),
-                                                                *type, o.op, o.algo);
+                                                                *type, o.op, o.algo, stream);
     else
-      call_ = std::make_unique<runtime_call<topology::ring>>(c, comm_, topology::ring{}, *type, o.op, o.algo);
+      call_ = std::make_unique<runtime_call<topology::ring>>(c, comm_, topology::ring{}, *type, o.op, o.algo, stream);
   }
 
   int rank() const { return comm_.rank(); }
@@ -129,14 +203,18 @@ class fabric_runner {
       if (c_ == collective::broadcast && in_place && rank() != o_.root)
         bytes::fill_sentinel(o_.type, in_.data(), s.send_count);
     }
+    if (device_) device_->take(in_, out_);
   }
 
   void run() {
     const bool gather_in_place = c_ == collective::allgather && in_place_;
-    call_->run(gather_in_place ? out_.data() : in_.data(), out_.data(), shape_.count, in_place_, o_.root);
+    std::byte* in = device_ ? device_->in() : in_.data();
+    std::byte* out = device_ ? device_->out() : out_.data();
+    call_->run(gather_in_place ? out : in, out, shape_.count, in_place_, o_.root);
   }
 
-  std::size_t check() const {
+  std::size_t check() {
+    if (device_) device_->give(in_, out_);
     const std::byte* result = in_place_ && c_ != collective::allgather ? in_.data() : out_.data();
     if (c_ == collective::reduce_scatter && in_place_)
       result = in_.data() + shape_.count * size_of(o_.type) * std::size_t(rank());
@@ -163,6 +241,7 @@ class fabric_runner {
   collective c_;
   const options& o_;
   fabric_comm comm_;
+  std::unique_ptr<device_buffers> device_;  // -G; before call_: calls end before the buffers go
   std::unique_ptr<call> call_;
   collectives<transport::fabric> harness_{comm_};  // the sweep's barriers and timings
   std::vector<std::byte> in_, out_;

@@ -147,7 +147,10 @@ class execution final : public step_executor, private call {
     bool changed = in_flight_ || one_sided_ || (++rounds_ & 63) == 0 ? ep_->progress() : false;
     if (finished()) return true;
     if (one_sided_) changed |= take_flags();
-    if (shared_) changed |= send_reads() | take_reads();
+    if (shared_) {
+      changed |= send_reads();
+      changed |= take_reads();
+    }
     if (!polls_.empty() && !finished()) changed |= poll_mailboxes();
     return changed;
   }
