@@ -6,7 +6,8 @@
 #   emulated_cluster.sh [--hosts N] [--ranks-per-host R] [--gbps RATE] [--slow-host K]
 #       [--slow-gbps RATE] [--sizes MIN:MAX] [--algos A,B,...] [--iters N] [--warmup N]
 #       [--out DIR] [--binary PATH] [--mtu BYTES] [--queue-ms MS] [--burst-ms MS]
-#       [--timeout S] [--build-wait S] [--no-rate-check] [--rate-check-only] [--cleanup]
+#       [--timeout S] [--build-wait S] [--tcp-idle-restart 0|1] [--tcp-wmem-max BYTES]
+#       [--no-rate-check] [--rate-check-only] [--cleanup]
 #
 # Defaults: 4 hosts x 2 ranks, 1 Gb/s links with host 3's at 0.5 (--slow-host -1: all alike),
 # sizes 1K:4M in x2 steps, algorithms ring,halving_doubling,recursive_doubling,gdraa, -n 5
@@ -40,6 +41,8 @@ binary="$repo/build/default/benchmark/perf/allreduce_perf"
 build_wait=1200   # seconds to wait for a build in progress to produce the binary
 run_timeout=900   # seconds one algorithm's run may take
 queue_ms=50       # tbf queue, in ms of the link's rate
+idle_restart=1    # net.ipv4.tcp_slow_start_after_idle in each host (Linux's default: 1)
+wmem_max=""       # the most a TCP socket's send buffer grows to in each host (empty: Linux's, 4 MiB)
 burst_ms=2        # tbf bucket, in ms of the link's rate
 rate_check=1
 rate_check_only=0
@@ -67,6 +70,8 @@ while [ $# -gt 0 ]; do
     --binary) binary=${2:?}; shift 2 ;;
     --build-wait) build_wait=${2:?}; shift 2 ;;
     --timeout) run_timeout=${2:?}; shift 2 ;;
+    --tcp-idle-restart) idle_restart=${2:?}; shift 2 ;;
+    --tcp-wmem-max) wmem_max=${2:?}; shift 2 ;;
     --no-rate-check) rate_check=0; shift ;;
     --rate-check-only) rate_check_only=1; shift ;;
     --cleanup) cleanup_only=1; shift ;;
@@ -190,6 +195,8 @@ make_cluster() {
     ns=$(host_ns "$h")
     ip netns add "$ns"; namespaces+=("$ns")
     ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle="$idle_restart"
+    [ -z "$wmem_max" ] || ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 16384 $wmem_max"
     ip -n "$switch_ns" link add "h$h" mtu "$mtu" type veth peer name eth0 mtu "$mtu" netns "$ns"
     ip -n "$switch_ns" link set "h$h" master br0 up
     ip -n "$ns" addr add "$(host_addr "$h")/15" dev eth0

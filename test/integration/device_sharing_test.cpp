@@ -79,9 +79,12 @@ MIMATRIX_SCENARIO(shared_collectives) {
   coll.allgather(mine.data(), all.data(), m, dtype::float32, on(s)).wait();
   for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != float(i / m + 1);
 
-  device_array<std::int32_t> root(dev, 777, 5), got(dev, 777, 0);
-  coll.broadcast(r == p - 1 ? root.data() : nullptr, got.data(), got.size(), dtype::int32, p - 1, on(s)).wait();
-  for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != 5;
+  // Small and pipelined in chunks (a send's end may release the next send).
+  for (std::size_t count : {std::size_t(777), std::size_t(3) << 20}) {
+    device_array<std::int32_t> root(dev, count, 5), got(dev, count, 0);
+    coll.broadcast(r == p - 1 ? root.data() : nullptr, got.data(), got.size(), dtype::int32, p - 1, on(s)).wait();
+    for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != 5;
+  }
 
   const std::size_t opened = dev.imported_blocks();
   if (opened == 0) std::printf("rank %d: no peer's block was opened: the calls did not read peers' memory\n", r);

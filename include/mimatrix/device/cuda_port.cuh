@@ -202,8 +202,8 @@ class cuda_port final : public port {
     const auto refuse = [&](const std::string& why) {
       cudaGetLastError();  // a failed query must not surface at the next launch's check
       return error(errc::invalid_argument,
-                   "device::cuda_port: cannot share " + std::to_string(bytes) + " bytes at " + describe_address(p) + ": " + why +
-                       "; allocate it with cudaMalloc (cudaMallocAsync pools, managed memory and host memory "
+                   "device::cuda_port: cannot share " + std::to_string(bytes) + " bytes at " + describe_address(p) +
+                       ": " + why + "; allocate it with cudaMalloc (cudaMallocAsync pools, managed memory and host memory "
                        "cannot be shared by CUDA IPC)");
     };
     cudaPointerAttributes attributes{};

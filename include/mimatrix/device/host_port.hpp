@@ -9,9 +9,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>

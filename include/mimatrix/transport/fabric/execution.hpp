@@ -402,6 +402,7 @@ class execution final : public step_executor, private call {
   std::array<shared_region, 3> exported_{};  // by schedule::buffer: the call's buffers as peers open them
   device::pooled_buffer device_scratch_;      // a shared call's scratch
   std::vector<schedule::step_id> unread_;     // sends whose receivers have not read them yet
+  std::vector<schedule::step_id> read_;       // of them, those read this round
   std::vector<std::pair<int, std::uint64_t>> reads_due_;  // (sender, read_tag) not sent yet
   std::unique_ptr<workspace> ws_;
   std::byte* user_output_;

@@ -115,10 +115,9 @@ inline bool execution::send_reads() {
 }
 
 inline bool execution::take_reads() {
+  read_.clear();
   std::size_t kept = 0;
-  const std::size_t before = unread_.size();
-  for (std::size_t k = 0; k < before && !finished(); ++k) {
-    const schedule::step_id id = unread_[k];
+  for (const schedule::step_id id : unread_) {
     const schedule::step& st = step_at(id);
     const local_mailboxes::message* m = small_->try_peek(st.peer, wire::read_tag(st.peer, sig().sequence, st.tag));
     if (!m) {
@@ -132,11 +131,13 @@ inline bool execution::take_reads() {
            describe(context(id), wire::disagreement(st.peer, m->data, packed_, sig(), plan().algorithm)));
       return true;
     }
-    complete(id);
+    read_.push_back(id);
   }
-  if (finished()) return true;
   unread_.resize(kept);
-  return kept != before;
+  // Completing releases successors, which may post sends to unread_: after it is settled.
+  for (const schedule::step_id id : read_)
+    if (!finished()) complete(id);
+  return !read_.empty();
 }
 
 }  // namespace mimatrix::transport::detail::fabric
