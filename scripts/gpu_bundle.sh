@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# scripts/gpu_bundle.sh [BUILD] [OUT]: packs what a lent GPU machine runs into OUT (default
+# build/gpu): the CUDA test binaries, allreduce_perf with -G cuda, and the shared libraries
+# they need that such a machine lacks (libfabric and its providers' libraries; it has CUDA,
+# cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes OUT/results there.
+# Build first with nvcc found and MIMATRIX_CUDA_BENCHMARKS=ON (the default outside the
+# quick test tier):
+#   cmake --preset default -DMIMATRIX_CUDA_BENCHMARKS=ON && cmake --build build/default
+#   scripts/gpu_bundle.sh && (device tool) carry build/gpu, run: bash build/gpu/run.sh
+set -euo pipefail
+
+build=${1:-build/default}
+out=${2:-build/gpu}
+binaries=(
+  test/unit/reduce/reduce_cuda_test
+  test/unit/device/device_cuda_port_test
+  examples/02_resnet/nn_cuda/test/resnet_nn_cuda_test
+  examples/02_resnet/nn_cuda/test/resnet_model_cuda_test
+  benchmark/perf/allreduce_perf
+)
+
+for b in "${binaries[@]}"; do
+  [ -x "$build/$b" ] || { echo "gpu_bundle: $build/$b is not built" >&2; exit 1; }
+done
+nm -C "$build/benchmark/perf/allreduce_perf" | grep -c 'cuda_port::instance' > /dev/null ||
+  { echo "gpu_bundle: allreduce_perf has no -G cuda (configure with MIMATRIX_CUDA_BENCHMARKS=ON)" >&2; exit 1; }
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for b in "${binaries[@]}"; do cp "$build/$b" "$out/bin/"; done
+# Libraries the GPU machine has itself: the C and C++ runtimes, CUDA's, cuDNN's.
+system='^(linux-vdso|ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libcudart|libcublas|libcudnn|libcuda\.)'
+for b in "$out"/bin/*; do
+  ldd "$b" | awk '$3 ~ /^\// { print $1, $3 }'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $system ]] || cp -L "$path" "$out/lib/$name"
+done
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs on the GPU machine from the repository root or anywhere; each step's output goes to
+# results/<step>.txt beside this script, and a summary line a step to stdout.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$here/results"
+step() {
+  local name=$1; shift
+  local start=$SECONDS rc=0
+  timeout 240 "$@" > "$here/results/$name.txt" 2>&1 || rc=$?
+  echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|Out of bounds|error' "$here/results/$name.txt" | tail -2 | tr '\n' ' ')"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$here/results/gpu.txt" 2>&1
+cat "$here/results/gpu.txt"
+step reduce_cuda "$here/bin/reduce_cuda_test"
+step cuda_port "$here/bin/device_cuda_port_test"
+step nn_cuda "$here/bin/resnet_nn_cuda_test"
+step model_cuda "$here/bin/resnet_model_cuda_test"
+# Two ranks sharing the GPU, peers reading each other's memory (CUDA IPC), then staged.
+perf=("$here/bin/allreduce_perf" --ranks 2 --provider shm -G cuda -b 1M -e 256M -f 4 -n 20 -w 5 -c 1)
+MIMATRIX_DEVICE_IPC=1 step perf_ipc "${perf[@]}"
+MIMATRIX_DEVICE_IPC=0 step perf_staged "${perf[@]}"
+RUN
+chmod +x "$out/run.sh"
+du -sh "$out"
