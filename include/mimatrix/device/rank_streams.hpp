@@ -120,8 +120,10 @@ class rank_streams {
 
   /// Host memory of `p` of at least `bytes`: a kept buffer if one is large enough.
   pooled_buffer staging(port& p, std::size_t bytes) { return take(p, memory_kind::host, bytes); }
-  /// Device memory of `p` of at least `bytes`, as staging().
-  pooled_buffer scratch(port& p, std::size_t bytes) { return take(p, memory_kind::device, bytes); }
+  /// Device memory of `p` of at least `bytes`, as staging(); none for 0 bytes.
+  pooled_buffer scratch(port& p, std::size_t bytes) {
+    return bytes ? take(p, memory_kind::device, bytes) : pooled_buffer{};
+  }
 
  private:
   pooled_buffer take(port& p, memory_kind kind, std::size_t bytes) {

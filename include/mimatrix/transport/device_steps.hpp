@@ -12,6 +12,7 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/device/port.hpp"
+#include "mimatrix/device/rank_streams.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/host_steps.hpp"
@@ -25,10 +26,11 @@ namespace mimatrix::transport {
 class device_steps {
  public:
   /// Queues, on `own`, a wait for the work queued so far on `caller`, and on `caller` a
-  /// gate that finish() opens.
+  /// gate that finish() opens. `scratch`: the call's device memory for partial sums,
+  /// where the kernels combine (they cannot read pageable host memory).
   device_steps(const device::stream& caller, device::stream_handle own, const reduce::host_kernels& kernels,
-               int ranks)
-      : port_(*caller.device), own_(own), kernels_(kernels), ranks_(ranks) {
+               int ranks, device::pooled_buffer scratch = {})
+      : port_(*caller.device), own_(own), kernels_(kernels), ranks_(ranks), scratch_(std::move(scratch)) {
     input_ = port_.record(caller.handle);
     port_.wait(own_, input_);
     gate_ = port_.hold(caller.handle);
@@ -40,6 +42,9 @@ class device_steps {
     for (auto& p : pending_) port_.free_event(p.done);
     port_.free_event(input_);
   }
+
+  /// The call's scratch in device memory (null: none).
+  std::byte* scratch() const { return scratch_.data(); }
 
   /// Whether the caller's earlier work is done, so that a peer or the wire may read the
   /// input.
@@ -165,6 +170,7 @@ class device_steps {
   device::stream_handle own_;
   const reduce::host_kernels& kernels_;
   int ranks_;
+  device::pooled_buffer scratch_;
   device::event input_ = nullptr;
   device::gate gate_ = nullptr;
   bool input_done_ = false;

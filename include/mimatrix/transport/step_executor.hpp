@@ -104,10 +104,12 @@ class step_executor : public execution {
   // ---- what a transport calls -------------------------------------------------------
 
   /// The call's buffers are device memory of `caller`'s port: its local steps and
-  /// landings run on `own`, after `caller`'s earlier work and before its later work
-  /// (device_steps.hpp). The derived constructor calls it before start().
-  void run_on_device(const device::stream& caller, device::stream_handle own) {
-    device_ = std::make_unique<device_steps>(caller, own, kernels_, plan_->desc.size);
+  /// landings run on the rank's stream after `caller`'s earlier work and before its later
+  /// work, its scratch is device memory (device_steps.hpp). Call before start().
+  void run_on_device(const device::stream& caller, device::rank_streams& resources) {
+    device_ = std::make_unique<device_steps>(caller, resources.stream(*caller.device), kernels_, plan_->desc.size,
+                                             resources.scratch(*caller.device, plan_->scratch_bytes));
+    mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
   /// The call's buffers are device memory of `caller`'s port, which this transport moves
@@ -117,10 +119,8 @@ class step_executor : public execution {
   /// (`pipelined_output` false). The derived constructor calls it before it uses mem_.
   void stage_through_host(const device::stream& caller, device::stream_handle own, device::rank_streams& resources,
                           const std::byte* input, std::byte* output, bool pipelined_output) {
-    const auto& d = plan_->desc;
-    if (d.kind == schedule::collective::broadcast && plan_->rank != d.root) input = nullptr;  // not read
-    staging_ = std::make_unique<host_staging>(caller, own, resources, kernels_, *plan_, input, output,
-                                              pipelined_output);
+    if (plan_->desc.kind == schedule::collective::broadcast && plan_->rank != plan_->desc.root) input = nullptr;
+    staging_ = std::make_unique<host_staging>(caller, own, resources, kernels_, *plan_, input, output, pipelined_output);
     mem_.input = input ? staging_->input() : nullptr;
     mem_.output = staging_->output();
   }

@@ -38,15 +38,13 @@ class inproc_execution final : public step_executor {
         world_(world),
         rank_(rank),
         sends_(std::make_unique<posted_send[]>(this->plan().steps.size())) {
-    const std::size_t scratch_bytes = this->plan().scratch_bytes;
-    if (caller) {  // scratch is combined in by the device's kernels: device memory
-      if (scratch_bytes) device_scratch_ = resources->scratch(*caller->device, scratch_bytes);
-      mem_ = {input, output, device_scratch_.data()};
-      run_on_device(*caller, resources->stream(*caller->device));
+    mem_ = {input, output, nullptr};
+    if (caller) {
+      run_on_device(*caller, *resources);
       held_.assign(this->plan().steps.size(), nullptr);
     } else {
-      scratch_.resize(scratch_bytes);
-      mem_ = {input, output, scratch_.data()};
+      scratch_.resize(this->plan().scratch_bytes);
+      mem_.scratch = scratch_.data();
     }
     if (auto f = world_.join(rank_, sig))
       fail(f->code, f->message);
@@ -273,7 +271,6 @@ class inproc_execution final : public step_executor {
   inproc_world& world_;
   int rank_;
   std::vector<std::byte> scratch_;
-  device::pooled_buffer device_scratch_;  // a device call's scratch, instead of scratch_
   std::unique_ptr<posted_send[]> sends_;  // indexed by step id; used by send steps
   std::vector<schedule::step_id> waiting_, in_flight_, done_;
   std::vector<std::pair<schedule::step_id, posted_send*>> matched_;

@@ -80,10 +80,8 @@ class execution final : public step_executor, private call {
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
     }
-    if (shared_) {  // device buffers that peers read directly; scratch too, combined by the device
-      if (this->plan().scratch_bytes) device_scratch_ = resources->scratch(*caller->device, this->plan().scratch_bytes);
-      mem_.scratch = device_scratch_.data();
-      run_on_device(*caller, resources->stream(*caller->device));
+    if (shared_) {  // device buffers that peers read directly
+      run_on_device(*caller, *resources);
     } else if (caller) {  // device buffers: the call runs on host copies (no FI_HMEM path yet)
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, resources->stream(*caller->device), *resources, input, output, !one_sided_);
@@ -400,7 +398,6 @@ class execution final : public step_executor, private call {
   bool shared_ = false;             // device buffers read by peers directly (execution_shared.hpp)
   device::port* port_ = nullptr;     // their port, when shared_
   std::array<shared_region, 3> exported_{};  // by schedule::buffer: the call's buffers as peers open them
-  device::pooled_buffer device_scratch_;      // a shared call's scratch
   std::vector<schedule::step_id> unread_;     // sends whose receivers have not read them yet
   std::vector<schedule::step_id> read_;       // of them, those read this round
   std::vector<std::pair<int, std::uint64_t>> reads_due_;  // (sender, read_tag) not sent yet
