@@ -11,6 +11,8 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <memory>
+#include <utility>
 
 namespace mimatrix::resnet::nn_cuda {
 
@@ -21,11 +23,16 @@ namespace mimatrix::resnet::nn_cuda {
 // `tensor_float32`: let cuDNN's convolutions and cuBLAS's matrix products use TF32 tensor
 // cores (A100, H100: several times faster, about 1e-3 relative error). Off by default: plain
 // float32 FMA, matching the CPU layers to about 1e-6.
+// Its caching pool (caching_pool.hpp) serves every tensor made on this thread while it
+// lives, as PyTorch's allocator serves the current stream: after a network's first step,
+// a step allocates nothing from the driver, and no cudaFree stalls the stream. (Two live
+// contexts on one thread: neither pools, see buffer.hpp.)
 // @par Thread Safety: a stream executes in order; layers sharing a context must be used
-// from one thread at a time.
+// from one thread at a time, the one that made it (its pool serves that thread).
 class context {
  public:
-  explicit context(bool tensor_float32 = false) : tensor_float32_(tensor_float32) {
+  explicit context(bool tensor_float32 = false)
+      : tensor_float32_(tensor_float32), pool_(std::make_shared<device_pool>()) {
     cudaStream_t s = nullptr;
     MIMATRIX_NN_CUDA_CHECK(cudaStreamCreate(&s));
     stream_.reset(s);
@@ -38,6 +45,13 @@ class context {
     cublas_.reset(blas);
     MIMATRIX_NN_CUDA_CHECK(cublasSetStream(blas, s));
     MIMATRIX_NN_CUDA_CHECK(cublasSetMathMode(blas, tensor_float32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    auto& current = detail::this_thread_pool();  // last: a throw above leaves it as it was
+    current.pool = ++current.contexts == 1 ? pool_ : nullptr;
+  }
+
+  ~context() {
+    auto& current = detail::this_thread_pool();
+    if (--current.contexts == 0 || current.pool == pool_) current.pool = nullptr;
   }
 
   // Layers hold a reference to their context.
@@ -56,11 +70,16 @@ class context {
     return workspace_.data();
   }
 
+  [[nodiscard]] pool_statistics memory() const { return pool_->statistics(); }
+
   void synchronize() const { MIMATRIX_NN_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
  private:
   bool tensor_float32_;
-  // Declared first, destroyed last: the handles go before the stream they use.
+  // Destroyed after the workspace (which returns to it); tensors that outlive the context
+  // keep it alive.
+  std::shared_ptr<device_pool> pool_;
+  // Declared before the handles, destroyed after them: the handles go before the stream.
   detail::owned<cudaStream_t, cudaStreamDestroy> stream_;
   detail::owned<cudnnHandle_t, cudnnDestroy> cudnn_;
   detail::owned<cublasHandle_t, cublasDestroy> cublas_;

@@ -1,8 +1,9 @@
 // Stochastic gradient descent with momentum, Nesterov momentum and weight decay, computed
-// step for step as torch.optim.SGD (PyTorch 1.13) computes it.
+// step for step as torch.optim.SGD (PyTorch 1.13) computes it (the rule: sgd_rule.hpp).
 #pragma once
 
 #include "nn/tensor.hpp"
+#include "optim/sgd_rule.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -16,51 +17,19 @@
 
 namespace mimatrix::resnet::optim {
 
-/// torch.optim.SGD's hyperparameters, with the defaults of the ResNet trainer (not PyTorch's,
-/// whose momentum and weight decay are 0 and nesterov false).
-/// @par Thread Safety
-/// A plain value.
-struct sgd_settings {
-  float momentum = 0.9f;
-  float dampening = 0;
-  float weight_decay = 5e-4f;
-  bool nesterov = true;
-};
-
 namespace detail {
 
-// The update's scalars: weight decay, momentum, 1 - dampening, learning rate.
-struct sgd_coefficients {
-  float wd, momentum, keep, lr;
-};
-
-// The update of n consecutive elements; the flags are template arguments so the loop is
-// branch-free over contiguous floats. The operations are PyTorch's, in its order:
-//   d = grad + wd * value                        (grad.add(param, alpha=wd); skipped when wd = 0)
-//   buf = first ? d : buf * momentum + (1 - dampening) * d
-//   d = nesterov ? d + momentum * buf : buf
-//   value = value + (-lr) * d                    (param.add_(d, alpha=-lr))
+// The update of n consecutive elements.
 template <bool Decay, bool Momentum, bool First, bool Nesterov>
 inline void sgd_elements(float* __restrict value, const float* __restrict grad, float* __restrict buf, std::size_t n,
                          sgd_coefficients c) {
   for (std::size_t i = 0; i < n; ++i) {
-    float d = grad[i];
-    if constexpr (Decay) d = d + c.wd * value[i];
-    if constexpr (Momentum) {
-      float b;
-      if constexpr (First) {
-        b = d;
-      } else {
-        b = buf[i] * c.momentum + c.keep * d;
-      }
-      buf[i] = b;
-      if constexpr (Nesterov) {
-        d = d + c.momentum * b;
-      } else {
-        d = b;
-      }
-    }
-    value[i] = value[i] + -c.lr * d;
+    // Through locals: the vectorizer then sees plain loads and stores of the restrict arrays.
+    float v = value[i], b = 0;  // no momentum: no buffer (buf is null)
+    if constexpr (Momentum) b = buf[i];
+    sgd_element<Decay, Momentum, First, Nesterov>(v, grad[i], b, c);
+    value[i] = v;
+    if constexpr (Momentum) buf[i] = b;
   }
 }
 
@@ -75,18 +44,6 @@ void sgd_update(float* value, const float* grad, float* buf, std::size_t n, sgd_
   for (; i + block <= n; i += block)
     sgd_elements<Decay, Momentum, First, Nesterov>(value + i, grad + i, at(i), block, c);
   sgd_elements<Decay, Momentum, First, Nesterov>(value + i, grad + i, at(i), n - i, c);
-}
-
-template <bool Decay>
-void sgd_dispatch(bool momentum_on, bool first, bool nesterov, float* value, const float* grad, float* buf,
-                  std::size_t n, sgd_coefficients c) {
-  if (!momentum_on) return sgd_update<Decay, false, false, false>(value, grad, buf, n, c);
-  if (first) {
-    if (nesterov) return sgd_update<Decay, true, true, true>(value, grad, buf, n, c);
-    return sgd_update<Decay, true, true, false>(value, grad, buf, n, c);
-  }
-  if (nesterov) return sgd_update<Decay, true, false, true>(value, grad, buf, n, c);
-  return sgd_update<Decay, true, false, false>(value, grad, buf, n, c);
 }
 
 }  // namespace detail
@@ -105,26 +62,8 @@ class sgd {
   /// null or repeated parameter, or one whose grad and value differ in size.
   sgd(std::vector<nn::parameter*> parameters, sgd_settings settings = {})
       : parameters_(std::move(parameters)), settings_(settings) {
-    if (!(settings_.momentum >= 0))
-      throw std::invalid_argument("sgd: invalid momentum " + std::to_string(settings_.momentum) + " (must be >= 0)");
-    if (!(settings_.weight_decay >= 0))
-      throw std::invalid_argument("sgd: invalid weight decay " + std::to_string(settings_.weight_decay) +
-                                  " (must be >= 0)");
-    if (settings_.nesterov && (settings_.momentum <= 0 || settings_.dampening != 0))
-      throw std::invalid_argument("sgd: Nesterov momentum requires a momentum > 0 and zero dampening (momentum " +
-                                  std::to_string(settings_.momentum) + ", dampening " +
-                                  std::to_string(settings_.dampening) + ")");
-    for (std::size_t i = 0; i < parameters_.size(); ++i) {
-      const nn::parameter* p = parameters_[i];
-      if (p == nullptr) throw std::invalid_argument("sgd: parameter " + std::to_string(i) + " is null");
-      // Listed twice, it would be stepped twice.
-      if (std::find(parameters_.begin(), parameters_.begin() + static_cast<std::ptrdiff_t>(i), p) !=
-          parameters_.begin() + static_cast<std::ptrdiff_t>(i))
-        throw std::invalid_argument("sgd: parameter '" + p->name + "' is listed twice");
-      if (p->grad.size() != p->value.size())
-        throw std::invalid_argument("sgd: parameter '" + p->name + "' has " + std::to_string(p->value.size()) +
-                                    " values but " + std::to_string(p->grad.size()) + " gradients");
-    }
+    check_settings(settings_);
+    check_parameters(parameters_);
     // Allocated now, so a resumed run can write the saved buffers into them before its first step.
     if (settings_.momentum != 0) {
       buffers_.reserve(parameters_.size());
@@ -135,9 +74,7 @@ class sgd {
   /// One update of every parameter with learning rate `lr` (a finite value >= 0; PyTorch
   /// rejects a negative one).
   void step(float lr) {
-    if (!(lr >= 0) || !std::isfinite(lr))
-      throw std::invalid_argument("sgd: invalid learning rate " + std::to_string(lr) + " at step " +
-                                  std::to_string(steps_));
+    check_learning_rate(lr, steps_);
     const bool momentum_on = settings_.momentum != 0;
     const bool first = steps_ == 0;
     const detail::sgd_coefficients c{settings_.weight_decay, settings_.momentum, 1 - settings_.dampening, lr};
@@ -146,11 +83,11 @@ class sgd {
       float* buf = momentum_on ? buffers_[i].data() : nullptr;
       float* value = p.value.data.data();
       const float* grad = p.grad.data.data();
-      if (settings_.weight_decay != 0) {
-        detail::sgd_dispatch<true>(momentum_on, first, settings_.nesterov, value, grad, buf, p.value.size(), c);
-      } else {
-        detail::sgd_dispatch<false>(momentum_on, first, settings_.nesterov, value, grad, buf, p.value.size(), c);
-      }
+      detail::with_sgd_flags(settings_.weight_decay != 0, momentum_on, first, settings_.nesterov,
+                             [&]<bool Decay, bool Momentum, bool First, bool Nesterov>() {
+                               detail::sgd_update<Decay, Momentum, First, Nesterov>(value, grad, buf,
+                                                                                    p.value.size(), c);
+                             });
     }
     ++steps_;
   }

@@ -11,6 +11,7 @@
 #include "nn_cuda/linear.hpp"
 #include "nn_cuda/pooling.hpp"
 #include "nn_cuda/relu.hpp"
+#include "nn_cuda/sgd.hpp"
 #include "nn_cuda/softmax_cross_entropy.hpp"
 #include "nn_cuda/tensor.hpp"
 
@@ -34,6 +35,7 @@
 namespace {
 
 using namespace mimatrix::resnet::nn_cuda;
+namespace optim = mimatrix::resnet::optim;
 using test::host_tensor;
 
 // GPU against CPU: both float32, summed in different orders (and cuDNN's algorithms).
@@ -359,6 +361,65 @@ TEST_F(nn_cuda_test, add_matches_the_cpu_one_and_its_gradients) {
   add::accumulate(*ctx, into, upload(b));
   expect_matches("add in place", values(into), cpu.output.data);
   EXPECT_THROW((void)add::forward(*ctx, upload(a), upload(random_host({2, 3, 2, 3}))), std::invalid_argument);
+}
+
+// The one-launch optimizer on the device against its own chunking run on the host
+// (multi_tensor_sgd_test.cpp checks that against the CPU optimizer bit for bit): nvcc
+// contracts the device's arithmetic into FMAs, so to a float's rounding.
+TEST_F(nn_cuda_test, sgd_takes_the_steps_of_the_host_rule) {
+  const optim::sgd_settings settings{0.9f, 0, 5e-4f, true};
+  std::vector<parameter> params;
+  params.reserve(3);
+  std::vector<host_tensor> expected, grads;
+  for (const dims& shape : {dims{5}, dims{64, 16, 3, 3}, dims{3000}}) {
+    params.emplace_back("p", shape);
+    expected.push_back(random_host(shape));
+    params.back().value.copy_from_host(expected.back().data, ctx->stream());
+  }
+  std::vector<parameter*> pointers;
+  for (auto& p : params) pointers.push_back(&p);
+  sgd gpu(*ctx, pointers, settings);
+  std::vector<std::vector<float>> buffers;
+  detail::sgd_plan plan;
+  for (auto& v : expected) buffers.emplace_back(v.data.size(), 0.0f);
+  for (std::size_t i = 0; i < params.size(); ++i) grads.push_back(random_host(params[i].value.shape()));
+  for (std::size_t i = 0; i < params.size(); ++i)
+    plan.add(expected[i].data.data(), grads[i].data.data(), buffers[i].data(), std::int64_t(expected[i].data.size()));
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      grads[i] = random_host(params[i].value.shape());
+      plan.slots[i].grad = grads[i].data.data();
+      params[i].grad.copy_from_host(grads[i].data, ctx->stream());
+    }
+    const float lr = 0.1f;
+    gpu.step(lr);
+    const optim::detail::sgd_coefficients c{settings.weight_decay, settings.momentum, 1, lr};
+    for (std::int64_t chunk = 0; chunk < plan.chunks; ++chunk)
+      (step == 0 ? detail::sgd_chunk<true, true, true, true> : detail::sgd_chunk<true, true, false, true>)(
+          plan.slots.data(), int(plan.slots.size()), chunk, 0, 1, c);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      expect_matches("sgd value " + std::to_string(i), values(params[i].value), expected[i].data);
+      expect_matches("sgd momentum " + std::to_string(i), values(gpu.momentum_buffers()[i]), buffers[i]);
+    }
+  }
+  EXPECT_THROW(gpu.step(-1.0f), std::invalid_argument);
+}
+
+// The context's caching pool: a layer's second step takes every block from the cache.
+TEST_F(nn_cuda_test, a_repeated_step_allocates_nothing_from_the_driver) {
+  std::mt19937 init(1);
+  conv2d conv(*ctx, 3, 8, 3, 1, 1, init);
+  const auto x = upload(random_host({4, 3, 16, 16}));
+  (void)conv.backward(conv.forward(x));
+  ctx->synchronize();
+  const auto first = ctx->memory();
+  for (int i = 0; i < 3; ++i) (void)conv.backward(conv.forward(x));
+  ctx->synchronize();
+  const auto later = ctx->memory();
+  EXPECT_GT(first.raw_allocations, 0u);
+  EXPECT_EQ(later.raw_allocations, first.raw_allocations);
+  EXPECT_GT(later.reuses, first.reuses);
+  EXPECT_EQ(later.in_use_bytes, first.in_use_bytes);
 }
 
 }  // namespace
