@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -64,6 +65,23 @@ MIMATRIX_SCENARIO(shared_collectives) {
       if (bad) std::printf("rank %d: %s%s wrong\n", r, algo, in_place ? " in place" : "");
       wrong += bad;
     }
+
+  // Calls in flight one after another on the stream, none waited for in between (a
+  // trainer's gradient buckets): each has a stream of its own for its landings.
+  {
+    constexpr int calls = 3;
+    std::vector<std::unique_ptr<device_array<std::int32_t>>> buckets;
+    std::vector<request> in_flight;
+    for (int c = 0; c < calls; ++c) {
+      buckets.push_back(std::make_unique<device_array<std::int32_t>>(dev, 5000, std::int32_t(r + c)));
+      in_flight.push_back(coll.allreduce(buckets.back()->data(), buckets.back()->data(), 5000, dtype::int32,
+                                         reduce::op_kind::sum, on(s, c % 2 ? "ring" : "recursive_doubling")));
+    }
+    dev.synchronize(s.handle);
+    for (auto& q : in_flight) q.wait();
+    for (int c = 0; c < calls; ++c)
+      for (std::size_t i = 0; i < 5000; ++i) wrong += (*buckets[std::size_t(c)])[i] != p * (p - 1) / 2 + p * c;
+  }
 
   device_array<float> avg(dev, 999, float(r + 1));
   coll.allreduce(avg.data(), avg.data(), avg.size(), dtype::float32, reduce::op_kind::avg, on(s)).wait();

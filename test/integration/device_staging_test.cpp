@@ -56,6 +56,25 @@ MIMATRIX_SCENARIO(staged_collectives) {
   coll.allgather(mine.data(), all.data(), mine.size(), dtype::float32, on_stream).wait();
   for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != float(i / 1000 + 1);
 
+  // Calls in flight one after another on the stream, none waited for in between (a
+  // trainer's gradient buckets), GDRAA's among them: each stages on a stream of its own.
+  {
+    std::vector<std::vector<std::int32_t>> buckets;
+    for (int c = 0; c < 3; ++c) buckets.emplace_back(4000, std::int32_t(r + c));
+    collectives<fabric, topology::mesh> in_mesh(comm);
+    std::vector<request> in_flight;
+    for (int c = 0; c < 3; ++c) {
+      call_options o = on_stream;
+      o.algorithm = c == 1 ? "gdraa" : "recursive_doubling";
+      in_flight.push_back(in_mesh.allreduce(buckets[std::size_t(c)].data(), buckets[std::size_t(c)].data(), 4000,
+                                            dtype::int32, reduce::op_kind::sum, o));
+    }
+    dev.synchronize(s.handle);
+    for (auto& q : in_flight) q.wait();
+    for (int c = 0; c < 3; ++c)
+      for (std::int32_t v : buckets[std::size_t(c)]) wrong += v != p * (p - 1) / 2 + p * c;
+  }
+
   // GDRAA writes into the RMA window, whose output comes out whole at the end.
   collectives<fabric, topology::mesh> mesh(comm);
   call_options gdraa = on_stream;

@@ -129,7 +129,7 @@ class data_parallel {
  private:
   model::resnet& net_;
   optim::sgd& optimizer_;
-  gradient_buckets<collectives_type> buckets_;
+  gradient_buckets<collectives_type, host_gradients<nn::parameter>> buckets_;
   int ranks_;
   nn::softmax_cross_entropy loss_;
   nn::tensor grad_logits_;  // kept: sufficient factors read it until finish

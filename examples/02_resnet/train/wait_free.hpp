@@ -1,14 +1,13 @@
 // Wait-free backpropagation (Poseidon): each parameter's gradient joins a bucket the moment
 // backward has written it, and a full bucket's allreduce starts at once, non-blocking, while
 // backward goes on below; the optimizer then waits only for what is still in flight.
+// Where the gradients lie is a policy: host memory (host_gradients, below) or a device's
+// (device_gradients.hpp), whose buckets are ordered on a stream.
 #pragma once
-
-#include "nn/tensor.hpp"
 
 #include <mimatrix/collectives.hpp>
 #include <mimatrix/request.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -25,30 +24,57 @@ struct wait_free_settings {
   bool overlap = true;
 };
 
+/// Gradients in host memory: a bucket is a vector, copies are memcpy, and a bucket's sum is
+/// read once its allreduce has finished on the host. `Parameter` has `grad.data` (a vector
+/// of floats) and `grad.size()`: nn::parameter.
+/// @par Thread Safety
+/// Stateless.
+template <class Parameter>
+struct host_gradients {
+  using parameter = Parameter;
+  using buffer = std::vector<float>;
+  /// false: finish() waits for each bucket before it copies the sum back.
+  static constexpr bool ordered_by_stream = false;
+
+  static float* gradient(parameter& p) { return p.grad.data.data(); }
+  static std::size_t size(const parameter& p) { return p.grad.size(); }
+  void resize(buffer& b, std::size_t elements) { b.resize(elements); }
+  static float* data(buffer& b) { return b.data(); }
+  void copy(float* dst, const float* src, std::size_t elements) { std::memcpy(dst, src, elements * sizeof(float)); }
+  [[nodiscard]] call_options options() const { return {}; }
+};
+
 /// Buckets form in the order parameters become ready, which is the same on every rank, so
 /// every rank starts the same allreduces in the same order. Buffers are kept across steps.
+/// `Gradients` is host_gradients or device_gradients (device_gradients.hpp).
 ///
 /// @par Thread Safety
 /// One thread (the one running backward), like the collectives it uses.
-template <class Collectives>
+template <class Collectives, class Gradients>
 class gradient_buckets {
  public:
-  gradient_buckets(Collectives& coll, wait_free_settings settings) : coll_(coll), settings_(settings) {}
+  using parameter = typename Gradients::parameter;
 
-  /// backward wrote p's gradient: add it to the open bucket; start the bucket when full.
-  void ready(nn::parameter& p) {
+  gradient_buckets(Collectives& coll, wait_free_settings settings, Gradients gradients = {})
+      : coll_(coll), settings_(settings), gradients_(std::move(gradients)) {}
+
+  /// backward wrote p's gradient (or, on a stream, queued its writing): add it to the open
+  /// bucket; start the bucket when full.
+  void ready(parameter& p) {
     if (open_ == buckets_.size()) buckets_.emplace_back();
     bucket& b = buckets_[open_];
     b.members.push_back(&p);
-    b.elements += p.grad.size();
+    b.elements += Gradients::size(p);
     if (b.elements * sizeof(float) >= settings_.bucket_bytes) close_bucket();
     // MPI's progress rule: a test() moves every call in flight (needed without a thread).
     while (started_ < open_ && buckets_[started_].pending.test()) ++started_;
   }
 
-  /// After backward: starts what is left, waits for every bucket and writes each sum back
-  /// into its parameters' gradients. Returns the milliseconds spent waiting here (the
-  /// communication not hidden behind backward).
+  /// After backward: starts what is left and writes each bucket's sum back into its
+  /// parameters' gradients. On the host it waits for every bucket; on a stream it queues the
+  /// copies behind the allreduces and returns at once (the requests are kept until the
+  /// buckets' next use, as the calls need). Returns the milliseconds spent here (the
+  /// communication not hidden behind backward, on the host).
   double finish() {
     const auto t0 = std::chrono::steady_clock::now();
     if (open_ < buckets_.size() && !buckets_[open_].members.empty()) close_bucket();
@@ -56,11 +82,11 @@ class gradient_buckets {
       for (std::size_t i = 0; i < open_; ++i) start(buckets_[i]);
     for (std::size_t i = 0; i < open_; ++i) {
       bucket& b = buckets_[i];
-      b.pending.wait();
-      const float* from = b.flat.data();
-      for (nn::parameter* p : b.members) {
-        std::memcpy(p->grad.data.data(), from, p->grad.size() * sizeof(float));
-        from += p->grad.size();
+      if constexpr (!Gradients::ordered_by_stream) b.pending.wait();
+      const float* from = Gradients::data(b.flat);
+      for (parameter* p : b.members) {
+        gradients_.copy(Gradients::gradient(*p), from, Gradients::size(*p));
+        from += Gradients::size(*p);
       }
       b.members.clear();
       b.elements = 0;
@@ -70,6 +96,12 @@ class gradient_buckets {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  /// Waits for every call still in flight (on a stream, those finish() left): before the
+  /// host reads the gradients, and to hear of a failure now rather than at the next step.
+  void drain() {
+    for (bucket& b : buckets_) b.pending.wait();
+  }
+
   /// For the next step (between steps only): the same buckets either way.
   void set_overlap(bool overlap) { settings_.overlap = overlap; }
   [[nodiscard]] bool overlap() const { return settings_.overlap; }
@@ -77,30 +109,35 @@ class gradient_buckets {
 
  private:
   struct bucket {
-    std::vector<nn::parameter*> members;
+    std::vector<parameter*> members;
     std::size_t elements = 0;
-    std::vector<float> flat;  // kept: no allocation in the steady state
+    typename Gradients::buffer flat;  // kept: no allocation in the steady state
     mimatrix::request pending;
   };
 
   void close_bucket() {
     bucket& b = buckets_[open_++];
-    b.flat.resize(b.elements);
-    float* to = b.flat.data();
-    for (const nn::parameter* p : b.members) {
-      std::memcpy(to, p->grad.data.data(), p->grad.size() * sizeof(float));
-      to += p->grad.size();
+    // A stream's last call on this bucket may still be in flight (its request is kept): it
+    // must end before a resize, and a failure of it is told here.
+    if constexpr (Gradients::ordered_by_stream) b.pending.wait();
+    gradients_.resize(b.flat, b.elements);
+    float* to = Gradients::data(b.flat);
+    for (parameter* p : b.members) {
+      gradients_.copy(to, Gradients::gradient(*p), Gradients::size(*p));
+      to += Gradients::size(*p);
     }
     last_count_ = open_;
     if (settings_.overlap) start(b);
   }
 
   void start(bucket& b) {
-    b.pending = coll_.allreduce(b.flat.data(), b.flat.data(), b.elements, dtype::float32, reduce::op_kind::sum);
+    b.pending = coll_.allreduce(Gradients::data(b.flat), Gradients::data(b.flat), b.elements, dtype::float32,
+                                reduce::op_kind::sum, gradients_.options());
   }
 
   Collectives& coll_;
   wait_free_settings settings_;
+  Gradients gradients_;
   std::vector<bucket> buckets_;
   std::size_t open_ = 0;     // buckets closed this step; buckets_[open_] fills next
   std::size_t started_ = 0;  // buckets before it are known finished

@@ -1,12 +1,11 @@
-// What a rank keeps across its calls on device memory: one stream of its own on each
-// port it has run calls on (its calls' work queues there, in order, as NCCL's does on a
-// communicator's internal stream), and host staging and device scratch buffers reused
-// from call to call (pinned and device memory are slow to allocate).
+// What a rank keeps across its calls on device memory: streams of its own on each port it
+// has run calls on, one a call in flight (a call queues its work there as its messages
+// land), and host staging and device scratch buffers reused from call to call (streams,
+// pinned and device memory are slow to make).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -96,26 +95,104 @@ inline pooled_buffer::~pooled_buffer() {
     e_.free();
 }
 
+/// A stream of a rank's on a port, one call's while it runs; given back to the rank (or
+/// freed, once the rank is gone) when it goes. Work queued on it before stays queued.
+///
+/// Not one stream for all of a rank's calls: a call queues its landings as they arrive,
+/// so the next call's first work (a wait for its caller's stream, which waits behind the
+/// earlier call's gate) would block the earlier call's later landings on a shared stream,
+/// and neither would end: two calls on one caller's stream, as a bucketed allreduce makes
+/// them, hung (regression test: resnet_device_gradients_test).
+class pooled_stream {
+ public:
+  pooled_stream() = default;
+  pooled_stream(pooled_stream&& o) noexcept { swap(o); }
+  pooled_stream& operator=(pooled_stream&& o) noexcept {
+    pooled_stream(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~pooled_stream();
+
+  stream_handle get() const { return handle_; }
+
+ private:
+  friend class rank_streams;
+  struct pool;
+  pooled_stream(std::shared_ptr<pool> from, port* owner, stream_handle s)
+      : from_(std::move(from)), owner_(owner), handle_(s) {}
+  void swap(pooled_stream& o) noexcept {
+    std::swap(from_, o.from_);
+    std::swap(owner_, o.owner_);
+    std::swap(handle_, o.handle_);
+  }
+
+  std::shared_ptr<pool> from_;
+  port* owner_ = nullptr;
+  stream_handle handle_ = nullptr;
+};
+
+/// Streams given back, kept for the next calls (as many as ran at once).
+struct pooled_stream::pool {
+  std::mutex mutex;
+  std::vector<std::pair<port*, stream_handle>> free;
+  bool closed = false;
+
+  void give_back(port* owner, stream_handle s) noexcept {
+    {
+      std::lock_guard lock(mutex);
+      if (!closed) {
+        free.emplace_back(owner, s);
+        return;
+      }
+    }
+    owner->free_stream(s);
+  }
+  void close() noexcept {
+    std::vector<std::pair<port*, stream_handle>> left;
+    {
+      std::lock_guard lock(mutex);
+      closed = true;
+      left.swap(free);
+    }
+    for (const auto& [owner, s] : left) owner->free_stream(s);
+  }
+};
+
+inline pooled_stream::~pooled_stream() {
+  if (!handle_) return;
+  if (from_)
+    from_->give_back(owner_, handle_);
+  else
+    owner_->free_stream(handle_);
+}
+
 /// @par Thread Safety
-/// stream(), staging() and scratch() may be called from any thread.
+/// take_stream(), staging() and scratch() may be called from any thread.
 class rank_streams {
  public:
   rank_streams() = default;
   rank_streams(const rank_streams&) = delete;
   rank_streams& operator=(const rank_streams&) = delete;
-  /// Frees the streams (each port must outlive the transport that used it) and the kept
-  /// buffers; buffers still in use are freed when they go.
+  /// Frees the kept streams (each port must outlive the transport that used it) and
+  /// buffers; those still in use are freed when they go.
   ~rank_streams() {
+    streams_->close();
     pool_->close();
-    for (auto& [p, s] : streams_) p->free_stream(s);
   }
 
-  /// This rank's stream on `p`, made on first use.
-  stream_handle stream(port& p) {
-    std::lock_guard lock(mutex_);
-    auto& s = streams_[&p];
-    if (!s) s = p.make_stream();
-    return s;
+  /// A stream of `p` for one call: a kept one, or a new one.
+  pooled_stream take_stream(port& p) {
+    {
+      std::lock_guard lock(streams_->mutex);
+      auto& free = streams_->free;
+      for (std::size_t k = 0; k < free.size(); ++k)
+        if (free[k].first == &p) {
+          const stream_handle s = free[k].second;
+          free.erase(free.begin() + std::ptrdiff_t(k));
+          return pooled_stream(streams_, &p, s);
+        }
+    }
+    return pooled_stream(streams_, &p, p.make_stream());
   }
 
   /// Host memory of `p` of at least `bytes`: a kept buffer if one is large enough.
@@ -141,8 +218,7 @@ class rank_streams {
     return pooled_buffer(pool_, {&p, kind, static_cast<std::byte*>(data), bytes});
   }
 
-  std::mutex mutex_;
-  std::map<port*, stream_handle> streams_;
+  std::shared_ptr<pooled_stream::pool> streams_ = std::make_shared<pooled_stream::pool>();
   std::shared_ptr<pooled_buffer::pool> pool_ = std::make_shared<pooled_buffer::pool>();
 };
 

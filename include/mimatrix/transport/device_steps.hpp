@@ -28,9 +28,10 @@ class device_steps {
   /// Queues, on `own`, a wait for the work queued so far on `caller`, and on `caller` a
   /// gate that finish() opens. `scratch`: the call's device memory for partial sums,
   /// where the kernels combine (they cannot read pageable host memory).
-  device_steps(const device::stream& caller, device::stream_handle own, const reduce::host_kernels& kernels,
+  device_steps(const device::stream& caller, device::pooled_stream own, const reduce::host_kernels& kernels,
                int ranks, device::pooled_buffer scratch = {})
-      : port_(*caller.device), own_(own), kernels_(kernels), ranks_(ranks), scratch_(std::move(scratch)) {
+      : port_(*caller.device), own_stream_(std::move(own)), own_(own_stream_.get()), kernels_(kernels), ranks_(ranks),
+        scratch_(std::move(scratch)) {
     input_ = port_.record(caller.handle);
     port_.wait(own_, input_);
     gate_ = port_.hold(caller.handle);
@@ -167,6 +168,7 @@ class device_steps {
   };
 
   device::port& port_;
+  device::pooled_stream own_stream_;  // the call's alone while it runs (rank_streams.hpp says why)
   device::stream_handle own_;
   const reduce::host_kernels& kernels_;
   int ranks_;

@@ -37,12 +37,12 @@ class host_staging {
   /// Queues the input's copy to the host (`input` null: none) after `caller`'s earlier
   /// work, and holds `caller`'s later work. With `pipelined_output`, pieces of the output
   /// go back as they are done (see written()); else all of it once every step is.
-  host_staging(const device::stream& caller, device::stream_handle own, device::rank_streams& resources,
+  host_staging(const device::stream& caller, device::rank_streams& resources,
                const reduce::host_kernels& kernels, const schedule::schedule& plan, const std::byte* input,
                std::byte* output, bool pipelined_output)
       : in_(input ? resources.staging(*caller.device, plan.desc.input_bytes()) : device::pooled_buffer{}),
         out_(resources.staging(*caller.device, plan.desc.output_bytes())),
-        copies_(caller, own, kernels, plan.desc.size),
+        copies_(caller, resources.take_stream(*caller.device), kernels, plan.desc.size),
         device_output_(output),
         output_bytes_(plan.desc.output_bytes()),
         out_piece_(piece_for(output_bytes_)),

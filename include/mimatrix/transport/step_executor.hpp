@@ -107,7 +107,7 @@ class step_executor : public execution {
   /// landings run on the rank's stream after `caller`'s earlier work and before its later
   /// work, its scratch is device memory (device_steps.hpp). Call before start().
   void run_on_device(const device::stream& caller, device::rank_streams& resources) {
-    device_ = std::make_unique<device_steps>(caller, resources.stream(*caller.device), kernels_, plan_->desc.size,
+    device_ = std::make_unique<device_steps>(caller, resources.take_stream(*caller.device), kernels_, plan_->desc.size,
                                              resources.scratch(*caller.device, plan_->scratch_bytes));
     mem_.scratch = device_->scratch();
   }
@@ -117,10 +117,10 @@ class step_executor : public execution {
   /// (host_staging.hpp), and mem_'s input and output become those. Output pieces go back
   /// as they are done unless the transport writes the output elsewhere first
   /// (`pipelined_output` false). The derived constructor calls it before it uses mem_.
-  void stage_through_host(const device::stream& caller, device::stream_handle own, device::rank_streams& resources,
-                          const std::byte* input, std::byte* output, bool pipelined_output) {
+  void stage_through_host(const device::stream& caller, device::rank_streams& resources, const std::byte* input,
+                          std::byte* output, bool pipelined_output) {
     if (plan_->desc.kind == schedule::collective::broadcast && plan_->rank != plan_->desc.root) input = nullptr;
-    staging_ = std::make_unique<host_staging>(caller, own, resources, kernels_, *plan_, input, output, pipelined_output);
+    staging_ = std::make_unique<host_staging>(caller, resources, kernels_, *plan_, input, output, pipelined_output);
     mem_.input = input ? staging_->input() : nullptr;
     mem_.output = staging_->output();
   }

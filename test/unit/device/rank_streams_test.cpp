@@ -70,16 +70,47 @@ class counting_port final : public port {
   host_port inner_;
 };
 
-TEST(rank_streams, one_stream_a_port_made_once_and_freed_with_the_streams) {
+// A stream a call in flight: calls at once get their own (a shared one hung two calls on
+// one caller's stream), calls one after another reuse them, and each port frees its own.
+TEST(rank_streams, a_stream_a_call_in_flight_kept_for_the_next_calls_and_freed_by_its_port) {
   counting_port a, b;
+  stream_handle first = nullptr, second = nullptr;
   {
     rank_streams streams;
-    const stream_handle sa = streams.stream(a);
-    EXPECT_EQ(streams.stream(a), sa);
-    EXPECT_NE(streams.stream(b), sa);
+    {
+      pooled_stream s1 = streams.take_stream(a);
+      pooled_stream s2 = streams.take_stream(a);  // a second call while the first runs
+      ASSERT_NE(s1.get(), nullptr);
+      EXPECT_NE(s2.get(), s1.get());
+      EXPECT_NE(streams.take_stream(b).get(), s1.get());
+      first = s1.get();
+      second = s2.get();
+    }
+    EXPECT_EQ(a.streams_freed, 0);  // kept
+    {
+      pooled_stream again = streams.take_stream(a);
+      EXPECT_TRUE(again.get() == first || again.get() == second);  // one of the kept two, not a third
+      pooled_stream held = std::move(again);
+      EXPECT_EQ(again.get(), nullptr);
+      EXPECT_NE(held.get(), nullptr);
+      pooled_stream outliving = streams.take_stream(b);
+      (void)outliving;
+    }
   }
+  EXPECT_EQ(a.streams_freed, 2);  // so no third was made
+  EXPECT_EQ(b.streams_freed, 1);  // the same one, taken twice
+}
+
+TEST(rank_streams, a_stream_given_back_after_the_rank_is_gone_is_freed) {
+  counting_port a;
+  pooled_stream late;
+  {
+    rank_streams streams;
+    late = streams.take_stream(a);
+  }
+  EXPECT_EQ(a.streams_freed, 0);
+  late = pooled_stream{};
   EXPECT_EQ(a.streams_freed, 1);
-  EXPECT_EQ(b.streams_freed, 1);
 }
 
 TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_their_port) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -139,6 +140,39 @@ TEST(device_steps, the_call_is_ordered_on_the_callers_stream_without_a_host_wait
       ASSERT_EQ(seen.size(), n);
       for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], std::int64_t(i) * (p * (p + 1) / 2)) << algo << " " << i;
       pending.wait();
+      dev.free_stream(s);
+    });
+}
+
+// Calls queued one after another on one caller's stream, none waited for in between, as a
+// trainer's gradient buckets are: each call's landings queue on a stream of its own. On one
+// stream for all of a rank's calls, the second call's wait for the caller's stream (which
+// waits for the first call's gate) sat before the first call's later landings, and both
+// hung (found by resnet_device_gradients_test).
+TEST(device_steps, calls_in_flight_on_one_callers_stream_all_finish_exactly) {
+  constexpr int p = 3;
+  constexpr std::size_t n = 3000;
+  constexpr int calls = 4;
+  device::host_port dev(late(50us));
+  for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
+    transport::run_inproc(p, [&](int r, inproc::world& w) {
+      communicator<inproc> comm(w, r);
+      collectives<inproc> coll(comm);
+      const device::stream_handle s = dev.make_stream();
+      std::vector<std::unique_ptr<device_array<std::int64_t>>> data;
+      std::vector<request> pending;
+      for (int c = 0; c < calls; ++c) {
+        data.push_back(std::make_unique<device_array<std::int64_t>>(dev, n));
+        for (std::size_t i = 0; i < n; ++i) (*data.back())[i] = std::int64_t(i) * (r + 1) + c;
+        pending.push_back(coll.allreduce(data.back()->data(), data.back()->data(), n, dtype::int64,
+                                         reduce::op_kind::sum, on(dev, s, algo)));
+      }
+      dev.synchronize(s);
+      for (int c = 0; c < calls; ++c)
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_EQ((*data[std::size_t(c)])[i], std::int64_t(i) * (p * (p + 1) / 2) + p * c)
+              << algo << ", call " << c << ", element " << i;
+      for (auto& q : pending) q.wait();
       dev.free_stream(s);
     });
 }

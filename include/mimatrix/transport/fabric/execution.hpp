@@ -84,7 +84,7 @@ class execution final : public step_executor, private call {
       run_on_device(*caller, *resources);
     } else if (caller) {  // device buffers: the call runs on host copies (no FI_HMEM path yet)
       // A one-sided call's output is in the window until conclude() copies it out whole.
-      stage_through_host(*caller, resources->stream(*caller->device), *resources, input, output, !one_sided_);
+      stage_through_host(*caller, *resources, input, output, !one_sided_);
       user_output_ = mem_.output;
     }
     // Staging is a few slots reused in schedule order, not one block a step: data then
