@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [BUILD] [OUT]: packs what a lent GPU machine runs into OUT (default
-# build/gpu): the CUDA test binaries, allreduce_perf with -G cuda, and the shared libraries
+# build/gpu): the CUDA test binaries, allreduce_perf with -G cuda, resnet_train (--device
+# cuda) with its launcher, and the shared libraries
 # they need that such a machine lacks (libfabric and its providers' libraries; it has CUDA,
 # cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes OUT/results there.
 # Build first with nvcc found and MIMATRIX_CUDA_BENCHMARKS=ON (the default outside the
@@ -16,6 +17,9 @@ binaries=(
   test/unit/device/device_cuda_port_test
   examples/02_resnet/nn_cuda/test/resnet_nn_cuda_test
   examples/02_resnet/nn_cuda/test/resnet_model_cuda_test
+  examples/02_resnet/nn_cuda/test/resnet_data_parallel_cuda_test
+  examples/02_resnet/resnet_train
+  examples/mimatrix-run/mimatrix-run
   benchmark/perf/allreduce_perf
 )
 
@@ -47,7 +51,7 @@ step() {
   local name=$1; shift
   local start=$SECONDS rc=0
   timeout 240 "$@" > "$here/results/$name.txt" 2>&1 || rc=$?
-  echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|Out of bounds|error' "$here/results/$name.txt" | tail -2 | tr '\n' ' ')"
+  echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|failed|Out of bounds|error|^epoch [0-9]+\/' "$here/results/$name.txt" | tail -2 | tr '\n' ' ')"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$here/results/gpu.txt" 2>&1
 cat "$here/results/gpu.txt"
@@ -55,6 +59,13 @@ step reduce_cuda "$here/bin/reduce_cuda_test"
 step cuda_port "$here/bin/device_cuda_port_test"
 step nn_cuda "$here/bin/resnet_nn_cuda_test"
 step model_cuda "$here/bin/resnet_model_cuda_test"
+step data_parallel_cuda "$here/bin/resnet_data_parallel_cuda_test"
+# ResNet-20 training throughput on CIFAR-shaped random images (no dataset there), as the
+# issue's PyTorch anchor (13,000 images/s, fp32 eager, H100): one rank, then two on the GPU.
+train=("$here/bin/resnet_train" --device cuda --synthetic --image-size 32 --batch 128 --epochs 60 --no-eval)
+step train_gpu_1 "${train[@]}"
+step train_gpu_1_tf32 "${train[@]}" --tf32
+step train_gpu_2 "$here/bin/mimatrix-run" -n 2 "${train[@]}"
 # Two ranks sharing the GPU, peers reading each other's memory (CUDA IPC), then staged.
 perf=("$here/bin/allreduce_perf" --ranks 2 --provider shm -G cuda -b 1M -e 256M -f 4 -n 20 -w 5 -c 1)
 MIMATRIX_DEVICE_IPC=1 step perf_ipc "${perf[@]}"

@@ -6,11 +6,15 @@
 //   resnet_train --model resnet20 --epochs 30                       # one rank
 //   mimatrix-run -n 2 resnet_train --epochs 1 --steps 100           # two ranks (RANK, WORLD_SIZE, ...)
 //   MIMATRIX_JOB_SECRET=... resnet_train --job-server 127.0.0.1:29400
+//   mimatrix-run -n 2 resnet_train --device cuda                  # a GPU a rank
 #include "train/options.hpp"
 #include "train/run.hpp"
 
 #ifdef MIMATRIX_RESNET_JOB_SERVER
 #include "worker.hpp"
+#endif
+#ifdef MIMATRIX_RESNET_CUDA
+#include "train/cuda_session.hpp"
 #endif
 
 #include <mimatrix/communicator.hpp>
@@ -46,26 +50,29 @@ int threads_for(const rt::options& opt) {
   return std::max(1, int(std::thread::hardware_concurrency()) / local);
 }
 
-std::unique_ptr<rt::session> make_session(const rt::options& opt) {
+// A session of the chosen backend (rt::session or rt::cuda_session) on the chosen data.
+template <class Session>
+std::unique_ptr<Session> make_session(const rt::options& opt) {
   namespace data = mx::resnet::data;
   if (opt.synthetic) {
     const auto side = std::size_t(opt.image_size);
     const auto count = std::size_t(std::max<std::int64_t>(opt.batch * 2, 256));
-    return std::make_unique<rt::session>(opt, rt::synthetic_set(count, side, opt.seed),
-                                         rt::synthetic_set(std::size_t(std::max<std::int64_t>(opt.batch, 250)), side,
-                                                           opt.seed + 1),
-                                         1000);
+    return std::make_unique<Session>(opt, rt::synthetic_set(count, side, opt.seed),
+                                     rt::synthetic_set(std::size_t(std::max<std::int64_t>(opt.batch, 250)), side,
+                                                       opt.seed + 1),
+                                     1000);
   }
   const auto dir = opt.data_dir.empty() ? data::fashion_mnist_default_dir() : std::filesystem::path(opt.data_dir);
   if (!data::fashion_mnist_present(dir))
     throw std::runtime_error("Fashion-MNIST not found in " + dir.string() +
                              " (apt-get install dataset-fashion-mnist, or --data DIR, or --synthetic)");
   auto sets = data::load_fashion_mnist(dir);
-  return std::make_unique<rt::session>(opt, std::move(sets.train), std::move(sets.test), 10);
+  return std::make_unique<Session>(opt, std::move(sets.train), std::move(sets.test), 10);
 }
 
 // Ranks from the launcher's environment (or one rank alone), local batches split evenly.
-int run_standalone(rt::session& s) {
+template <class Session>
+int run_standalone(Session& s) {
   mx::communicator<fabric> comm;
   if (s.opt.progress_thread) comm.set_progress(mx::progress_mode::thread);
   const std::int64_t p = comm.size(), r = comm.rank();
@@ -153,7 +160,14 @@ int main(int argc, char** argv) try {
   // the heap instead of mmap's fresh (faulted, zeroed) pages each time.
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
-  auto session = make_session(opt);
+  if (opt.device == "cuda") {
+#ifdef MIMATRIX_RESNET_CUDA
+    return run_standalone(*make_session<rt::cuda_session>(opt));
+#else
+    throw std::invalid_argument("--device cuda: this build has no GPU backend (needs CUDA, cuBLAS and cuDNN)");
+#endif
+  }
+  auto session = make_session<rt::session>(opt);
   if (!opt.job_server.empty()) {
 #ifdef MIMATRIX_RESNET_JOB_SERVER
     return run_with_job_server(*session);

@@ -6,6 +6,7 @@
 #include "model/resnet.hpp"
 #include "nn/softmax_cross_entropy.hpp"
 #include "optim/sgd.hpp"
+#include "train/step_statistics.hpp"
 #include "train/wait_free.hpp"
 
 #include <mimatrix/collectives.hpp>
@@ -29,15 +30,6 @@ struct data_parallel_settings {
   /// Send the classifier's weight gradient as sufficient factors (Poseidon) instead of
   /// allreducing it. Needs the same local batch on every rank (its K).
   bool sufficient_factors = false;
-};
-
-/// What a step measured on this rank.
-struct step_statistics {
-  double loss_sum = 0;        // over this rank's samples
-  std::int64_t correct = 0;   // of them, predicted right
-  std::int64_t samples = 0;
-  double compute_ms = 0;      // forward, backward, optimizer
-  double wait_ms = 0;         // waiting for gradients after backward: the part not hidden
 };
 
 /// @par Thread Safety

@@ -40,6 +40,8 @@ struct options {
   int threads = 0;                // oneDNN's threads a rank (0: cores / local ranks)
   std::string job_server;         // host:port: take ranks, batches and recovery from it
   std::int64_t log_every = 0;     // a progress line every n steps (0: per epoch only)
+  std::string device = "cpu";     // cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU a rank)
+  bool tf32 = false;              // GPU: TF32 tensor cores for convolutions and products
 };
 
 inline void print_usage() {
@@ -51,7 +53,7 @@ inline void print_usage() {
       "             [--bucket-kib 0=auto] [--no-overlap] [--progress thread|caller] [--measure-every 16]\n"
       "             [--sync-bn] [--sfb auto|on|off] [--no-eval] [--test-samples N]\n"
       "             [--checkpoint FILE [--resume]] [--stop-after EPOCHS] [--threads N] [--job-server HOST:PORT]\n"
-      "             [--log-every N]\n"
+      "             [--log-every N] [--device cpu|cuda [--tf32]]\n"
       "Ranks: alone, under mimatrix-run/torchrun/srun (RANK, WORLD_SIZE, ...), or from the job server\n"
       "(--job-server; secret in MIMATRIX_JOB_SECRET).\n");
 }
@@ -102,6 +104,10 @@ inline options parse_options(int argc, char** argv) {
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--job-server") o.job_server = value();
     else if (a == "--log-every") o.log_every = std::stoll(value());
+    else if (a == "--device") {
+      o.device = value();
+      if (o.device != "cpu" && o.device != "cuda") throw std::invalid_argument("--device takes cpu or cuda, not " + o.device);
+    } else if (a == "--tf32") o.tf32 = true;
     else throw std::invalid_argument("unknown option " + a + " (see --help)");
   }
   if (o.batch <= 0 || o.epochs <= 0 || o.steps < 0) throw std::invalid_argument("--batch and --epochs must be positive");

@@ -49,7 +49,26 @@ inline data::dataset synthetic_set(std::size_t count, std::size_t side, std::uin
   return d;
 }
 
-/// What a process keeps across groups.
+/// Steps an epoch: the training set's batches, capped by --steps.
+inline std::int64_t steps_per_epoch_for(const options& opt, std::size_t train_count) {
+  const auto batches = std::int64_t(train_count) / opt.batch;
+  return std::max<std::int64_t>(1, opt.steps ? std::min<std::int64_t>(opt.steps, batches) : batches);
+}
+
+/// The run's learning rate by step: the recipe's schedule at the linearly scaled peak.
+inline optim::lr_schedule schedule_for(const options& opt, std::int64_t steps_per_epoch) {
+  return optim::make_schedule(opt.schedule, optim::linear_scaled_lr(opt.lr, opt.batch, opt.lr_reference_batch),
+                              steps_per_epoch, opt.epochs, opt.warmup_epochs);
+}
+
+inline void check_training_set(const options& opt, const data::dataset& train) {
+  if (std::int64_t(train.count) < opt.batch)
+    throw std::invalid_argument("the global batch " + std::to_string(opt.batch) + " is larger than the " +
+                                std::to_string(train.count) + " training samples");
+}
+
+/// What a process keeps across groups: the CPU backend's (oneDNN). The GPU's is
+/// cuda_session (cuda_session.hpp); train_group runs either through the same hooks.
 /// @par Thread Safety
 /// One thread.
 struct session {
@@ -69,16 +88,10 @@ struct session {
         rng(static_cast<std::uint32_t>(opt.seed)),
         net(ctx, model::architecture_named(opt.model), std::int64_t(train_set.channels), classes, rng),
         optimizer(net.parameters(), {opt.momentum, 0.0f, opt.weight_decay, opt.nesterov}),
-        steps_per_epoch(std::max<std::int64_t>(
-            1, opt.steps ? std::min<std::int64_t>(opt.steps, std::int64_t(train_set.count) / opt.batch)
-                         : std::int64_t(train_set.count) / opt.batch)),
+        steps_per_epoch(steps_per_epoch_for(opt, train_set.count)),
         total_steps(steps_per_epoch * opt.epochs),
-        schedule(optim::make_schedule(opt.schedule,
-                                      optim::linear_scaled_lr(opt.lr, opt.batch, opt.lr_reference_batch),
-                                      steps_per_epoch, opt.epochs, opt.warmup_epochs)) {
-    if (std::int64_t(train_set.count) < opt.batch)
-      throw std::invalid_argument("the global batch " + std::to_string(opt.batch) + " is larger than the " +
-                                  std::to_string(train_set.count) + " training samples");
+        schedule(schedule_for(opt, steps_per_epoch)) {
+    check_training_set(opt, train_set);
   }
 
   /// Restores the checkpoint when --resume and it exists; true if it did.
@@ -89,6 +102,37 @@ struct session {
     step = ck.counters.at("step");
     optimizer.resume_at(step);
     return true;
+  }
+
+  // ---- what train_group asks of a backend's session -------------------------------------
+  static constexpr bool sufficient_factors = true;  // the classifier's gradient as factors
+
+  template <class Transport>
+  data_parallel<Transport> make_step(collectives<Transport>& coll, const data_parallel_settings& settings,
+                                     std::int64_t local_batch) {
+    return data_parallel<Transport>(coll, net, optimizer, settings, local_batch);
+  }
+  /// f(images) on a batch's images as the layers take them (the batch's buffer, lent).
+  template <class F>
+  auto with_images(data::batch& b, F&& f) {
+    nn::tensor images(
+        {std::int64_t(b.size), std::int64_t(b.channels), std::int64_t(b.height), std::int64_t(b.width)});
+    images.data.swap(b.images);
+    struct give_back {  // also when f throws: the buffer serves the next batch
+      nn::tensor& t;
+      data::batch& b;
+      ~give_back() { t.data.swap(b.images); }
+    } lent{images, b};
+    return f(static_cast<const nn::tensor&>(images));
+  }
+  /// A new group starts from its most advanced rank's state; returns its step count.
+  template <class Collectives>
+  std::int64_t take_most_advanced(Collectives& coll) {
+    return take_most_advanced_state(coll, net, optimizer, step);
+  }
+  template <class Collectives>
+  void average_statistics(Collectives& coll) {
+    average_running_statistics(coll, net);
   }
 
   void save_checkpoint_now() {
@@ -108,10 +152,10 @@ struct step_report {
   step_statistics stats;
 };
 
-/// Trains on `comm` with this rank's `local_batch` until the run's last step; throws
-/// mimatrix::error when the group fails (the caller forms the next one).
-template <class Transport>
-void train_group(session& s, communicator<Transport>& comm, std::int64_t local_batch,
+/// Trains `s` (session or cuda_session) on `comm` with this rank's `local_batch` until the
+/// run's last step; throws mimatrix::error when the group fails (the caller forms the next one).
+template <class Session, class Transport>
+void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_batch,
                  const std::function<void(const step_report&)>& on_step = {}) {
   const options& opt = s.opt;
   collectives<Transport> coll(comm);
@@ -125,7 +169,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
   if (global != opt.batch)
     throw std::invalid_argument("the ranks' local batches sum to " + std::to_string(global) + ", not --batch " +
                                 std::to_string(opt.batch));
-  s.step = take_most_advanced_state(coll, s.net, s.optimizer, s.step);
+  s.step = s.take_most_advanced(coll);
 
   const bool equal_batches = std::all_of(batches.begin(), batches.end(), [&](auto b) { return b == batches[0]; });
   const auto& w = s.net.head().weight().value;
@@ -139,12 +183,12 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
   settings.wait_free = {bucket_bytes, opt.overlap};
   settings.synchronized_batch_norm = opt.sync_bn;
   settings.sufficient_factors =
-      ranks > 1 && equal_batches &&
+      Session::sufficient_factors && ranks > 1 && equal_batches &&
       (opt.sfb == "on" || (opt.sfb == "auto" && sufficient_factors_pay(ranks, std::size_t(local_batch),
                                                                        std::size_t(w.dim(0)), std::size_t(w.dim(1)))));
   if (opt.sfb == "on" && !settings.sufficient_factors && ranks > 1 && rank == 0)
     std::printf("resnet_train: --sfb on needs equal local batches; the classifier's gradient is allreduced\n");
-  data_parallel<Transport> dp(coll, s.net, s.optimizer, settings, local_batch);
+  auto dp = s.make_step(coll, settings, local_batch);
   if (rank == 0)
     std::printf("resnet_train: %s, %zu parameters, %d rank(s), global batch %lld (this rank %lld), step %lld of %lld, "
                 "%s (%zu KiB buckets), classifier gradient by %s\n",
@@ -173,17 +217,15 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
     const auto first = std::size_t(in_epoch * global + offset);
     data::assemble_batch(s.train_set, std::span<const std::uint32_t>(order).subspan(first, std::size_t(local_batch)),
                          augment, opt.seed, std::uint64_t(epoch), batch);
-    nn::tensor images({std::int64_t(batch.size), std::int64_t(batch.channels), std::int64_t(batch.height),
-                       std::int64_t(batch.width)});
-    images.data.swap(batch.images);
     // Every measure_every-th step runs without overlap: what the others hide is measured
     // against it (the same buckets and sums, so the same result).
     const bool measure = opt.overlap && ranks > 1 && opt.measure_every > 0 && s.step % opt.measure_every == opt.measure_every - 1;
     dp.set_overlap(opt.overlap && !measure);
     const auto step_start = std::chrono::steady_clock::now();
-    const step_statistics st = dp.step(images, batch.labels, std::uint64_t(global), float(s.schedule(s.step)));
+    const step_statistics st = s.with_images(batch, [&](const auto& images) {
+      return dp.step(images, batch.labels, std::uint64_t(global), float(s.schedule(s.step)));
+    });
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    images.data.swap(batch.images);  // its buffer serves the next batch
     ++s.step;
     ++steps_done;
     loss_sum += st.loss_sum;
@@ -212,7 +254,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
     coll.allreduce(sums, sums, 3, dtype::float64, reduce::op_kind::sum).wait();
     double test_correct[2] = {0, 0};
     const auto eval_start = std::chrono::steady_clock::now();
-    if (ranks > 1 && !opt.sync_bn) average_running_statistics(coll, s.net);
+    if (ranks > 1 && !opt.sync_bn) s.average_statistics(coll);
     if (opt.eval) {
       const std::uint64_t n = opt.test_samples ? std::min<std::uint64_t>(std::uint64_t(opt.test_samples), s.test_set.count)
                                                : s.test_set.count;
@@ -223,11 +265,7 @@ void train_group(session& s, communicator<Transport>& comm, std::int64_t local_b
       constexpr std::uint64_t eval_batch = 250;
       for (std::uint64_t b = 0; b < data::steps_in(mine, eval_batch); ++b) {
         data::assemble_batch(s.test_set, data::batch_indices(all, mine, b, eval_batch), none, 0, 0, batch);
-        nn::tensor x({std::int64_t(batch.size), std::int64_t(batch.channels), std::int64_t(batch.height),
-                      std::int64_t(batch.width)});
-        x.data.swap(batch.images);
-        test_correct[0] += double(dp.correct(x, batch.labels));
-        x.data.swap(batch.images);
+        test_correct[0] += double(s.with_images(batch, [&](const auto& x) { return dp.correct(x, batch.labels); }));
       }
       test_correct[1] = double(n);
       coll.allreduce(test_correct, test_correct, 1, dtype::float64, reduce::op_kind::sum).wait();

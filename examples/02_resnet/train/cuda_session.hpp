@@ -1,0 +1,142 @@
+// The GPU backend's session (resnet_train --device cuda): the model over the GPU layers, the
+// one-launch optimizer, and the hooks train_group (run.hpp) runs a group through, so the run
+// is the CPU's, step for step. State moves between ranks in device memory, on the stream.
+#pragma once
+
+#include "nn_cuda/collective_port.hpp"
+#include "train/device_data_parallel.hpp"
+#include "train/run.hpp"
+
+#include <mimatrix/collectives.hpp>
+#include <mimatrix/device/port.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mimatrix::resnet::train {
+
+/// The GPU of this rank: its index among the ranks on this host (LOCAL_RANK and the like)
+/// modulo the GPUs there, made current for the thread.
+inline int use_local_device() {
+  int devices = 0;
+  MIMATRIX_NN_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  int local = 0;
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(name)) {
+      local = std::max(0, std::atoi(v));
+      break;
+    }
+  const int device = local % std::max(devices, 1);
+  MIMATRIX_NN_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+/// What the GPU backend does not do yet, named before anything starts.
+inline void check_cuda_options(const options& opt) {
+  const auto refuse = [](const std::string& what) {
+    throw std::invalid_argument(what + " is not on the GPU backend yet (--device cuda); run it with --device cpu");
+  };
+  if (opt.sync_bn) refuse("--sync-bn");
+  if (opt.sfb == "on") refuse("--sfb on");
+  if (!opt.checkpoint.empty()) refuse("--checkpoint");
+  if (!opt.job_server.empty()) refuse("--job-server");
+}
+
+/// @par Thread Safety
+/// One thread, the one that made it (its context's).
+struct cuda_session {
+  options opt;
+  data::dataset train_set, test_set;
+  std::int64_t classes = 10;
+  int device = 0;
+  nn_cuda::context ctx;
+  std::mt19937 rng;
+  cuda_resnet net;
+  nn_cuda::sgd optimizer;
+  std::int64_t steps_per_epoch = 0, total_steps = 0;
+  optim::lr_schedule schedule;
+  std::int64_t step = 0;
+
+  cuda_session(options o, data::dataset train, data::dataset test, std::int64_t class_count)
+      : opt((check_cuda_options(o), std::move(o))), train_set(std::move(train)), test_set(std::move(test)),
+        classes(class_count), device(use_local_device()), ctx(opt.tf32), rng(static_cast<std::uint32_t>(opt.seed)),
+        net(ctx, model::architecture_named(opt.model), std::int64_t(train_set.channels), classes, rng),
+        optimizer(ctx, net.parameters(), {opt.momentum, 0.0f, opt.weight_decay, opt.nesterov}),
+        steps_per_epoch(steps_per_epoch_for(opt, train_set.count)), total_steps(steps_per_epoch * opt.epochs),
+        schedule(schedule_for(opt, steps_per_epoch)) {
+    check_training_set(opt, train_set);
+  }
+
+  // ---- what train_group asks of a backend's session (see session in run.hpp) -----------
+  static constexpr bool sufficient_factors = false;
+
+  template <class Transport>
+  device_data_parallel<Transport> make_step(collectives<Transport>& coll, const data_parallel_settings& settings,
+                                            std::int64_t) {
+    return device_data_parallel<Transport>(coll, ctx, net, optimizer, settings.wait_free,
+                                           nn_cuda::collective_port());
+  }
+  /// f(images) on the batch's images, uploaded (the host buffer may change on return).
+  template <class F>
+  auto with_images(data::batch& b, F&& f) {
+    const auto x = nn_cuda::device_tensor::from_host(
+        {std::int64_t(b.size), std::int64_t(b.channels), std::int64_t(b.height), std::int64_t(b.width)}, b.images,
+        ctx.stream());
+    return f(x);
+  }
+  /// Every rank takes the parameters, batch-norm statistics and momentum of the rank with
+  /// the most steps (the lowest such), broadcast in device memory; returns its step count.
+  template <class Collectives>
+  std::int64_t take_most_advanced(Collectives& coll) {
+    std::vector<std::int64_t> all(std::size_t(coll.comm().size()), 0);
+    coll.allgather(&step, all.data(), 1, dtype::int64).wait();
+    const auto most = std::max_element(all.begin(), all.end());
+    const int root = int(most - all.begin());
+    on_every_state_tensor(coll, [&](nn_cuda::device_tensor& t, const call_options& on) {
+      return coll.broadcast(t.data(), t.data(), t.size(), dtype::float32, root, on);
+    });
+    optimizer.resume_at(*most);
+    return *most;
+  }
+  /// Averages the batch norms' running statistics over the ranks (see run.hpp's).
+  template <class Collectives>
+  void average_statistics(Collectives& coll) {
+    std::vector<request> pending;
+    const call_options on = on_stream();
+    for (nn_cuda::batch_norm* bn : net.norms())
+      for (nn_cuda::device_tensor* t : {&bn->running_mean(), &bn->running_var()})
+        pending.push_back(coll.allreduce(t->data(), t->data(), t->size(), dtype::float32, reduce::op_kind::avg, on));
+    for (auto& r : pending) r.wait();
+  }
+  // No checkpoints on the GPU yet (check_cuda_options refuses --checkpoint).
+  bool resume_from_checkpoint() { return false; }
+  [[noreturn]] void save_checkpoint_now() { throw std::logic_error("cuda_session: no checkpoints on the GPU yet"); }
+
+ private:
+  call_options on_stream() {
+    return {.algorithm = {}, .timeout = {}, .stream = device::stream{&nn_cuda::collective_port(), ctx.stream()},
+            .tag = 0};
+  }
+  // call(tensor, options) -> request for every tensor the run carries from step to step.
+  template <class Collectives, class Call>
+  void on_every_state_tensor(Collectives&, Call&& call) {
+    std::vector<request> pending;
+    const call_options on = on_stream();
+    for (nn_cuda::parameter* p : net.parameters()) pending.push_back(call(p->value, on));
+    for (nn_cuda::batch_norm* bn : net.norms()) {
+      pending.push_back(call(bn->running_mean(), on));
+      pending.push_back(call(bn->running_var(), on));
+    }
+    for (nn_cuda::device_tensor& m : optimizer.momentum_buffers()) pending.push_back(call(m, on));
+    for (auto& r : pending) r.wait();
+  }
+};
+
+}  // namespace mimatrix::resnet::train
