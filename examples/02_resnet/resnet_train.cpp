@@ -88,7 +88,8 @@ int run_standalone(Session& s) {
 // Ranks, local batches and recovery from the job server: each generation is a group; when
 // it is revoked (a worker died, joined or was rebalanced), the next one goes on from the
 // most advanced rank's state.
-int run_with_job_server(rt::session& s) {
+template <class Session>
+int run_with_job_server(Session& s) {
   namespace job = mx::job;
   job::worker_settings settings;
   const auto colon = s.opt.job_server.rfind(':');
@@ -151,6 +152,19 @@ int run_with_job_server(rt::session& s) {
 }
 #endif
 
+// Under the job server or alone, on either backend's session.
+template <class Session>
+int run(Session& s) {
+  if (!s.opt.job_server.empty()) {
+#ifdef MIMATRIX_RESNET_JOB_SERVER
+    return run_with_job_server(s);
+#else
+    throw std::invalid_argument("--job-server: this build has no job server client (needs Boost and OpenSSL)");
+#endif
+  }
+  return run_standalone(s);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -162,20 +176,12 @@ int main(int argc, char** argv) try {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   if (opt.device == "cuda") {
 #ifdef MIMATRIX_RESNET_CUDA
-    return run_standalone(*make_session<rt::cuda_session>(opt));
+    return run(*make_session<rt::cuda_session>(opt));
 #else
     throw std::invalid_argument("--device cuda: this build has no GPU backend (needs CUDA, cuBLAS and cuDNN)");
 #endif
   }
-  auto session = make_session<rt::session>(opt);
-  if (!opt.job_server.empty()) {
-#ifdef MIMATRIX_RESNET_JOB_SERVER
-    return run_with_job_server(*session);
-#else
-    throw std::invalid_argument("--job-server: this build has no job server client (needs Boost and OpenSSL)");
-#endif
-  }
-  return run_standalone(*session);
+  return run(*make_session<rt::session>(opt));
 } catch (const std::exception& e) {
   std::fprintf(stderr, "resnet_train: %s\n", e.what());
   return 1;

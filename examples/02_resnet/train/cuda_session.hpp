@@ -6,6 +6,7 @@
 #include "nn_cuda/collective_port.hpp"
 #include "train/device_data_parallel.hpp"
 #include "train/run.hpp"
+#include "train/state.hpp"
 
 #include <mimatrix/collectives.hpp>
 #include <mimatrix/device/port.hpp>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -45,8 +47,6 @@ inline void check_cuda_options(const options& opt) {
   };
   if (opt.sync_bn) refuse("--sync-bn");
   if (opt.sfb == "on") refuse("--sfb on");
-  if (!opt.checkpoint.empty()) refuse("--checkpoint");
-  if (!opt.job_server.empty()) refuse("--job-server");
 }
 
 /// @par Thread Safety
@@ -115,9 +115,32 @@ struct cuda_session {
         pending.push_back(coll.allreduce(t->data(), t->data(), t->size(), dtype::float32, reduce::op_kind::avg, on));
     for (auto& r : pending) r.wait();
   }
-  // No checkpoints on the GPU yet (check_cuda_options refuses --checkpoint).
-  bool resume_from_checkpoint() { return false; }
-  [[noreturn]] void save_checkpoint_now() { throw std::logic_error("cuda_session: no checkpoints on the GPU yet"); }
+  /// As session's, through host copies: the same file, names and counters, so a run
+  /// checkpointed on either backend resumes on the other.
+  bool resume_from_checkpoint() {
+    if (!opt.resume || !std::filesystem::exists(opt.checkpoint)) return false;
+    const checkpoint ck = load_checkpoint(opt.checkpoint);
+    std::vector<float> host;
+    for_each_state(net, optimizer, [&](const std::string& name, nn_cuda::device_tensor& t) {
+      host.resize(t.size());
+      restore(ck, name, host);
+      t.copy_from_host(host, ctx.stream());
+    });
+    step = ck.counters.at("step");
+    optimizer.resume_at(step);
+    return true;
+  }
+  void save_checkpoint_now() {
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> copies;
+    for_each_state(net, optimizer, [&](std::string name, nn_cuda::device_tensor& t) {
+      names.push_back(std::move(name));
+      copies.push_back(t.to_host(ctx.stream()));
+    });
+    std::vector<tensor_view> tensors;
+    for (std::size_t i = 0; i < names.size(); ++i) tensors.push_back({names[i], copies[i]});
+    save_checkpoint(opt.checkpoint, tensors, run_counters(opt, step, steps_per_epoch));
+  }
 
  private:
   call_options on_stream() {
@@ -129,12 +152,8 @@ struct cuda_session {
   void on_every_state_tensor(Collectives&, Call&& call) {
     std::vector<request> pending;
     const call_options on = on_stream();
-    for (nn_cuda::parameter* p : net.parameters()) pending.push_back(call(p->value, on));
-    for (nn_cuda::batch_norm* bn : net.norms()) {
-      pending.push_back(call(bn->running_mean(), on));
-      pending.push_back(call(bn->running_var(), on));
-    }
-    for (nn_cuda::device_tensor& m : optimizer.momentum_buffers()) pending.push_back(call(m, on));
+    for_each_state(net, optimizer,
+                   [&](const std::string&, nn_cuda::device_tensor& t) { pending.push_back(call(t, on)); });
     for (auto& r : pending) r.wait();
   }
 };

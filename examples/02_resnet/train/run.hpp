@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -59,6 +60,13 @@ inline std::int64_t steps_per_epoch_for(const options& opt, std::size_t train_co
 inline optim::lr_schedule schedule_for(const options& opt, std::int64_t steps_per_epoch) {
   return optim::make_schedule(opt.schedule, optim::linear_scaled_lr(opt.lr, opt.batch, opt.lr_reference_batch),
                               steps_per_epoch, opt.epochs, opt.warmup_epochs);
+}
+
+/// What a checkpoint says of the run besides its tensors.
+inline std::map<std::string, std::int64_t> run_counters(const options& opt, std::int64_t step,
+                                                        std::int64_t steps_per_epoch) {
+  return {{"step", step}, {"epoch", step / steps_per_epoch}, {"seed", std::int64_t(opt.seed)},
+          {"global_batch", opt.batch}};
 }
 
 inline void check_training_set(const options& opt, const data::dataset& train) {
@@ -139,9 +147,7 @@ struct session {
     auto views = state_of(net, optimizer);
     std::vector<tensor_view> tensors;
     for (const auto& [name, v] : views) tensors.push_back({name, v});
-    save_checkpoint(opt.checkpoint, tensors,
-                    {{"step", step}, {"epoch", step / steps_per_epoch}, {"seed", std::int64_t(opt.seed)},
-                     {"global_batch", opt.batch}});
+    save_checkpoint(opt.checkpoint, tensors, run_counters(opt, step, steps_per_epoch));
   }
 };
 

@@ -14,24 +14,38 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace mimatrix::resnet::train {
 
-/// Named views of every float the run carries from step to step.
-inline std::vector<std::pair<std::string, std::span<float>>> state_of(model::resnet& net, optim::sgd& optimizer) {
-  std::vector<std::pair<std::string, std::span<float>>> s;
+/// Calls f(name, tensor) for every tensor the run carries from step to step: parameters,
+/// batch norms' running statistics, momentum buffers, in one order and under one naming on
+/// both backends (tensors: nn's and std::span on the CPU, nn_cuda's on the GPU), so a
+/// checkpoint of either resumes on the other.
+template <class Net, class Optimizer, class F>
+void for_each_state(Net& net, Optimizer& optimizer, F&& f) {
   const auto& params = net.parameters();
-  for (std::size_t i = 0; i < params.size(); ++i)
-    s.emplace_back("param/" + std::to_string(i) + "/" + params[i]->name, std::span<float>(params[i]->value.data));
+  for (std::size_t i = 0; i < params.size(); ++i) f("param/" + std::to_string(i) + "/" + params[i]->name, params[i]->value);
   const auto& norms = net.norms();
   for (std::size_t i = 0; i < norms.size(); ++i) {
-    s.emplace_back("bn/" + std::to_string(i) + "/running_mean", std::span<float>(norms[i]->running_mean().data));
-    s.emplace_back("bn/" + std::to_string(i) + "/running_var", std::span<float>(norms[i]->running_var().data));
+    f("bn/" + std::to_string(i) + "/running_mean", norms[i]->running_mean());
+    f("bn/" + std::to_string(i) + "/running_var", norms[i]->running_var());
   }
-  const auto buffers = optimizer.momentum_buffers();
-  for (std::size_t i = 0; i < buffers.size(); ++i) s.emplace_back("momentum/" + std::to_string(i), buffers[i]);
+  auto&& buffers = optimizer.momentum_buffers();
+  for (std::size_t i = 0; i < buffers.size(); ++i) f("momentum/" + std::to_string(i), buffers[i]);
+}
+
+/// Named views of every float the run carries from step to step (the CPU's).
+inline std::vector<std::pair<std::string, std::span<float>>> state_of(model::resnet& net, optim::sgd& optimizer) {
+  std::vector<std::pair<std::string, std::span<float>>> s;
+  for_each_state(net, optimizer, [&](std::string name, auto& t) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(t)>, nn::tensor>)
+      s.emplace_back(std::move(name), std::span<float>(t.data));
+    else
+      s.emplace_back(std::move(name), t);
+  });
   return s;
 }
 
