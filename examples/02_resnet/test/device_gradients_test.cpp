@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "mimatrix/collectives.hpp"
@@ -90,6 +92,37 @@ TEST(device_gradients, overlapped_buckets_allreduce_on_the_stream_exactly) { exp
 
 TEST(device_gradients, buckets_started_after_backward_allreduce_on_the_stream_exactly) {
   expect_summed_gradients(false);
+}
+
+// A bucket in flight must not hold backward: its allreduce runs on a communication stream,
+// so work queued on the compute stream after it runs while it waits for a peer. Rank 1 joins
+// the allreduce only once rank 0's later backward work has run; on the compute stream the
+// call's gate would hold that work until rank 1 joined, and neither would go on.
+TEST(device_gradients, backward_goes_on_while_a_bucket_waits_for_its_peers) {
+  host_port dev({.lag = 0us, .device_memory_only = true});
+  std::atomic<bool> later_backward_ran{false};
+  std::atomic<bool> rank1_saw_it{false};
+  mimatrix::transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const auto compute = dev.make_stream();
+    device_parameter p(dev, 2000);
+    for (std::size_t i = 0; i < 2000; ++i) p.grad.p[i] = value(r, 0, i);
+    buckets b(coll, {.bucket_bytes = 4096, .overlap = true}, {dev, compute});
+    if (r == 1) {
+      const auto until = std::chrono::steady_clock::now() + 30s;
+      while (!later_backward_ran && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      rank1_saw_it = later_backward_ran.load();
+    }
+    b.ready(p);  // a full bucket: its allreduce starts
+    if (r == 0) dev.enqueue(compute, [&] { later_backward_ran = true; });
+    (void)b.finish();
+    dev.synchronize(compute);
+    for (std::size_t i = 0; i < 2000; ++i) ASSERT_EQ(p.grad.p[i], value(0, 0, i) + value(1, 0, i)) << "rank " << r;
+    b.drain();
+    dev.free_stream(compute);
+  });
+  EXPECT_TRUE(rank1_saw_it) << "the compute stream was held by a bucket's allreduce";
 }
 
 }  // namespace

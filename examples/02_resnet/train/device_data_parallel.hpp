@@ -47,6 +47,7 @@ class device_data_parallel {
     const auto t0 = std::chrono::steady_clock::now();
     const nn_cuda::device_tensor logits = net_.forward(images, model::phase::train);
     step_statistics s;
+    s.wait_measured = false;  // finish() only queues; the stream waits, not the host
     s.samples = logits.dim(0);
     s.loss_sum = loss_.forward(logits, labels) * double(s.samples);
     s.correct = loss_.correct();

@@ -211,6 +211,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
   // An epoch's figures, from its first step in this group.
   double loss_sum = 0, correct = 0, samples = 0, train_seconds = 0;
   double wait_overlapped = 0, wait_serial = 0;
+  bool waits_measured = true;  // false on a stream: the host never waits for gradients
   std::int64_t overlapped_steps = 0, serial_steps = 0, steps_done = 0, epochs_run = 0, group_steps = 0;
   auto epoch_start = std::chrono::steady_clock::now();
 
@@ -237,6 +238,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
     loss_sum += st.loss_sum;
     correct += double(st.correct);
     samples += double(st.samples);
+    waits_measured = waits_measured && st.wait_measured;
     // The group's first step sets up connections and plans: not a measure of either way.
     if (++group_steps > 1) {
       if (opt.overlap && !measure)
@@ -285,7 +287,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
       std::printf("epoch %lld/%lld: loss %.4f train-acc %.2f%% test-acc %s images/s %.1f time %.1fs", 
                   static_cast<long long>(epoch + 1), static_cast<long long>(opt.epochs), sums[0] / sums[2],
                   100.0 * sums[1] / sums[2], test_text, double(steps_done * global) / train_seconds, seconds + eval_seconds);
-      if (ranks > 1) {
+      if (ranks > 1 && waits_measured) {
         std::printf(" grad-wait %.2fms/step", opt.overlap ? exposed : serial);
         // nccl-tests' bus bandwidth of a step's gradients, allreduced after backward.
         if (serial > 0)

@@ -13,6 +13,7 @@ struct step_statistics {
   std::int64_t samples = 0;
   double compute_ms = 0;      // forward, backward, optimizer
   double wait_ms = 0;         // waiting for gradients after backward: the part not hidden
+  bool wait_measured = true;  // false on the GPU: the allreduces end on the stream, unwaited
 };
 
 }  // namespace mimatrix::resnet::train

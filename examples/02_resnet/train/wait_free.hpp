@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <exception>
+#include <system_error>
 #include <vector>
 
 namespace mimatrix::resnet::train {
@@ -39,6 +41,9 @@ struct host_gradients {
   static float* gradient(parameter& p) { return p.grad.data.data(); }
   static std::size_t size(const parameter& p) { return p.grad.size(); }
   void resize(buffer& b, std::size_t elements) { b.resize(elements); }
+  void produced() {}  // backward's writes are done when it calls ready()
+  void consumed() {}
+  void settle() {}
   static float* data(buffer& b) { return b.data(); }
   void copy(float* dst, const float* src, std::size_t elements) { std::memcpy(dst, src, elements * sizeof(float)); }
   [[nodiscard]] call_options options() const { return {}; }
@@ -57,6 +62,20 @@ class gradient_buckets {
 
   gradient_buckets(Collectives& coll, wait_free_settings settings, Gradients gradients = {})
       : coll_(coll), settings_(settings), gradients_(std::move(gradients)) {}
+  /// Waits for the calls in flight (their failures are the steps' to tell) and, on a
+  /// stream, for the copies behind them, before the buckets' memory goes.
+  ~gradient_buckets() {
+    for (bucket& b : buckets_) {
+      std::error_code ignored;
+      b.pending.wait(ignored);
+    }
+    try {
+      gradients_.settle();
+    } catch (const std::exception&) {  // the device failed: its work will not run
+    }
+  }
+  gradient_buckets(const gradient_buckets&) = delete;
+  gradient_buckets& operator=(const gradient_buckets&) = delete;
 
   /// backward wrote p's gradient (or, on a stream, queued its writing): add it to the open
   /// bucket; start the bucket when full.
@@ -83,6 +102,7 @@ class gradient_buckets {
     for (std::size_t i = 0; i < open_; ++i) {
       bucket& b = buckets_[i];
       if constexpr (!Gradients::ordered_by_stream) b.pending.wait();
+      // (On a stream, the copies back queue behind the bucket's allreduce.)
       const float* from = Gradients::data(b.flat);
       for (parameter* p : b.members) {
         gradients_.copy(Gradients::gradient(*p), from, Gradients::size(*p));
@@ -91,6 +111,7 @@ class gradient_buckets {
       b.members.clear();
       b.elements = 0;
     }
+    gradients_.consumed();
     open_ = 0;
     started_ = 0;
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -121,6 +142,7 @@ class gradient_buckets {
     // must end before a resize, and a failure of it is told here.
     if constexpr (Gradients::ordered_by_stream) b.pending.wait();
     gradients_.resize(b.flat, b.elements);
+    gradients_.produced();
     float* to = Gradients::data(b.flat);
     for (parameter* p : b.members) {
       gradients_.copy(to, Gradients::gradient(*p), Gradients::size(*p));
