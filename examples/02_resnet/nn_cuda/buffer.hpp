@@ -102,6 +102,40 @@ class device_buffer {
   std::size_t bytes_ = 0;
 };
 
+// Page-locked host memory (cudaMallocHost), move-only: a copy from it to the device is
+// asynchronous (from pageable memory the driver stages it and the host waits).
+// @par Thread Safety: distinct objects: safe; one object: one thread at a time.
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  ~pinned_buffer() {
+    if (data_) (void)cudaFreeHost(data_);
+  }
+  pinned_buffer(pinned_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+    return *this;
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+
+  // At least `bytes` (contents lost when it grows).
+  void reserve(std::size_t bytes) {
+    if (bytes <= bytes_) return;
+    pinned_buffer fresh;
+    MIMATRIX_NN_CUDA_CHECK(cudaMallocHost(&fresh.data_, bytes));
+    fresh.bytes_ = bytes;
+    *this = std::move(fresh);
+  }
+  [[nodiscard]] void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 }  // namespace detail
 
 }  // namespace mimatrix::resnet::nn_cuda

@@ -52,6 +52,16 @@ class device_tensor {
     MIMATRIX_NN_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` may go when we return
   }
 
+  // Queued on `stream`, no wait: `host` must stay unchanged until the stream has run the
+  // copy (page-locked memory, else the driver copies it first and the host waits anyway).
+  void copy_from_host_async(std::span<const float> host, cudaStream_t stream) {
+    if (host.size() != size())
+      throw std::invalid_argument("mimatrix::resnet::nn_cuda: copy_from_host_async of " + std::to_string(host.size()) +
+                                  " floats into a tensor of " + std::to_string(size()));
+    if (!host.empty())
+      MIMATRIX_NN_CUDA_CHECK(cudaMemcpyAsync(data(), host.data(), bytes(), cudaMemcpyHostToDevice, stream));
+  }
+
   [[nodiscard]] std::vector<float> to_host(cudaStream_t stream) const {
     std::vector<float> host(size());
     if (host.empty()) return host;

@@ -64,6 +64,10 @@ struct cuda_session {
   optim::lr_schedule schedule;
   std::int64_t step = 0;
 
+ private:
+  nn_cuda::detail::pinned_buffer upload_;  // the batch on its way to the device
+
+ public:
   cuda_session(options o, data::dataset train, data::dataset test, std::int64_t class_count)
       : opt((check_cuda_options(o), std::move(o))), train_set(std::move(train)), test_set(std::move(test)),
         classes(class_count), device(use_local_device()), ctx(opt.tf32), rng(static_cast<std::uint32_t>(opt.seed)),
@@ -83,12 +87,16 @@ struct cuda_session {
     return device_data_parallel<Transport>(coll, ctx, net, optimizer, settings.wait_free,
                                            nn_cuda::collective_port());
   }
-  /// f(images) on the batch's images, uploaded (the host buffer may change on return).
+  /// f(images) on the batch's images, uploaded without a host wait: through page-locked
+  /// memory, which the next upload reuses only after f has read the loss (a wait for the
+  /// stream behind this copy), so batch N+1 is assembled while step N's backward runs.
   template <class F>
   auto with_images(data::batch& b, F&& f) {
-    const auto x = nn_cuda::device_tensor::from_host(
-        {std::int64_t(b.size), std::int64_t(b.channels), std::int64_t(b.height), std::int64_t(b.width)}, b.images,
-        ctx.stream());
+    nn_cuda::device_tensor x(
+        {std::int64_t(b.size), std::int64_t(b.channels), std::int64_t(b.height), std::int64_t(b.width)});
+    upload_.reserve(b.images.size() * sizeof(float));
+    std::copy(b.images.begin(), b.images.end(), static_cast<float*>(upload_.data()));
+    x.copy_from_host_async({static_cast<const float*>(upload_.data()), b.images.size()}, ctx.stream());
     return f(x);
   }
   /// Every rank takes the parameters, batch-norm statistics and momentum of the rank with
