@@ -2,7 +2,8 @@
 // reduce/cuda.cuh found by (dtype, op), events are cudaEvents, and a gate is a one-thread
 // kernel that spins on a flag in mapped host memory until a kernel on another stream sets
 // it, so the caller's stream waits for a call queued after it with no host in between.
-// For .cu files; `cuda_port::instance()` is the process's port for the current device.
+// For .cu files; `cuda_port::instance()` is the process's port, on the device current where
+// it is first used (one GPU a process, as one rank a GPU).
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -102,6 +103,7 @@ class cuda_port final : public port {
   static constexpr std::uint32_t gate_slots = 4096;
 
   cuda_port() {
+    detail::check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
     detail::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&flags_), gate_slots * sizeof(std::uint32_t),
                                      cudaHostAllocMapped | cudaHostAllocPortable),
                        "cudaHostAlloc of the gate flags");
@@ -128,21 +130,25 @@ class cuda_port final : public port {
   std::string_view name() const override { return "cuda"; }
 
   stream_handle make_stream() override {
+    here();
     cudaStream_t s = nullptr;
     detail::check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return s;
   }
   void free_stream(stream_handle s) noexcept override {
+    here();
     cudaStreamSynchronize(as_stream(s));
     cudaStreamDestroy(as_stream(s));
   }
 
   void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override {
+    here();
     if (dst == src || bytes == 0) return;
     detail::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(s)), "cudaMemcpyAsync");
   }
   void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
                std::size_t bytes) override {
+    here();
     detail::with_operation(k.type, k.op, [&](auto op) {
       using T = typename decltype(op)::value_type;
       reduce::cuda::combine(op, static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b),
@@ -150,6 +156,7 @@ class cuda_port final : public port {
     });
   }
   void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
+    here();
     detail::with_operation(k.type, k.op, [&](auto op) {
       using T = typename decltype(op)::value_type;
       reduce::cuda::finalize(op, static_cast<T*>(data), bytes / sizeof(T), ranks, as_stream(s));
@@ -157,6 +164,7 @@ class cuda_port final : public port {
   }
 
   event record(stream_handle s) override {
+    here();
     cudaEvent_t e = nullptr;
     detail::check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     detail::check_cuda(cudaEventRecord(e, as_stream(s)), "cudaEventRecord");
@@ -170,35 +178,44 @@ class cuda_port final : public port {
   }
   void free_event(event e) noexcept override { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
   void wait(stream_handle s, event e) override {
+    here();
     detail::check_cuda(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
   }
 
   gate hold(stream_handle s) override {
+    here();
     const std::uint32_t ticket = next_ticket_.fetch_add(1) + 1;
     detail::gate_hold_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
     detail::check_cuda(cudaGetLastError(), "launch of a gate");
     return reinterpret_cast<gate>(static_cast<std::uintptr_t>(ticket));
   }
   void open(stream_handle s, gate g) override {
+    here();
     const auto ticket = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(g));
     detail::gate_open_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
     detail::check_cuda(cudaGetLastError(), "launch of a gate's opening");
   }
 
   void synchronize(stream_handle s) override {
+    here();
     detail::check_cuda(cudaStreamSynchronize(as_stream(s)), "cudaStreamSynchronize");
   }
 
   void* allocate_device(std::size_t bytes) override {
+    here();
     void* p = nullptr;
     detail::check_cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc of a call's scratch");
     return p;
   }
-  void free_device(void* p, std::size_t) noexcept override { cudaFree(p); }
+  void free_device(void* p, std::size_t) noexcept override {
+    here();
+    cudaFree(p);
+  }
 
   bool shares_memory() const override { return true; }
   /// The CUDA IPC handle of the cudaMalloc allocation that holds [p, p + bytes).
   shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset) override {
+    here();
     const auto refuse = [&](const std::string& why) {
       cudaGetLastError();  // a failed query must not surface at the next launch's check
       return error(errc::invalid_argument,
@@ -226,6 +243,7 @@ class cuda_port final : public port {
   }
   /// Opens a peer's block once (it costs milliseconds); later calls return the same address.
   std::byte* import_memory(const shared_memory& block) override {
+    here();
     std::lock_guard lock(imports_mutex_);  // held while opening: a handle is opened once
     if (auto it = imported_.find(block.handle); it != imported_.end()) return it->second;
     cudaIpcMemHandle_t handle;
@@ -237,6 +255,7 @@ class cuda_port final : public port {
   }
 
   void* allocate_host(std::size_t bytes) override {
+    here();
     void* p = nullptr;
     detail::check_cuda(cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost of staging memory");
     return p;
@@ -244,11 +263,20 @@ class cuda_port final : public port {
   void free_host(void* p, std::size_t) noexcept override { cudaFreeHost(p); }
 
  private:
+  // This port's device, made current on the calling thread: the progress thread, which
+  // queues landings and opens peers' blocks, starts on device 0, and CUDA ties streams,
+  // events and opened blocks to the device current when they are used.
+  void here() const noexcept {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) (void)cudaSetDevice(device_);
+  }
+
   static cudaStream_t as_stream(stream_handle s) { return static_cast<cudaStream_t>(s); }
 
   std::uint32_t* flags_ = nullptr;         // host view of the gate flags
   std::uint32_t* device_flags_ = nullptr;  // the same memory as kernels see it
   std::atomic<std::uint32_t> next_ticket_{0};
+  int device_ = 0;
   std::mutex imports_mutex_;
   std::map<std::array<std::byte, 64>, std::byte*> imported_;  // peers' blocks by handle
 };
