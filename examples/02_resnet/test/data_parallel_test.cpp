@@ -9,6 +9,8 @@
 #include <mimatrix/communicator.hpp>
 #include <mimatrix/transport/inproc.hpp>
 
+#include "test/weight_difference.hpp"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -91,16 +93,7 @@ run_result train(const fixture_data& d, const run_settings& s) {
   return out;
 }
 
-// The largest difference between two sets of weights, relative to the largest weight.
-double worst_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    for (std::size_t j = 0; j < a[i].size(); ++j) {
-      worst = std::max(worst, double(std::fabs(a[i][j] - b[i][j])));
-      largest = std::max(largest, double(std::fabs(b[i][j])));
-    }
-  return worst / largest;
-}
+using mimatrix::resnet::test::worst_difference;
 
 // How far one rank's weights may be from the whole batch's, relative to the largest: float
 // summation order alone reached 2.4e-4 over 120 random data sets (1e-4 failed about one

@@ -8,6 +8,7 @@
 #include "train/run.hpp"
 #include "train/state.hpp"
 
+#include <mimatrix/bootstrap/env.hpp>
 #include <mimatrix/collectives.hpp>
 #include <mimatrix/device/port.hpp>
 
@@ -15,7 +16,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
@@ -24,18 +24,12 @@
 
 namespace mimatrix::resnet::train {
 
-/// The GPU of this rank: its index among the ranks on this host (LOCAL_RANK and the like)
-/// modulo the GPUs there, made current for the thread.
+/// The GPU of this rank: its local rank as its launcher says it (bootstrap's reading of
+/// torchrun's, Open MPI's, Slurm's or PMI's variables) modulo the GPUs here, made current.
 inline int use_local_device() {
   int devices = 0;
   MIMATRIX_NN_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  int local = 0;
-  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(name)) {
-      local = std::max(0, std::atoi(v));
-      break;
-    }
-  const int device = local % std::max(devices, 1);
+  const int device = bootstrap::identity_from_environment().local_rank % std::max(devices, 1);
   MIMATRIX_NN_CUDA_CHECK(cudaSetDevice(device));
   return device;
 }

@@ -10,6 +10,8 @@
 #include <mimatrix/communicator.hpp>
 #include <mimatrix/transport/inproc.hpp>
 
+#include "test/weight_difference.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,15 +65,7 @@ std::vector<std::vector<std::vector<float>>> train(int ranks, bool overlap, int 
   return weights;
 }
 
-double worst_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0, largest = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    for (std::size_t j = 0; j < a[i].size(); ++j) {
-      worst = std::max(worst, double(std::fabs(a[i][j] - b[i][j])));
-      largest = std::max(largest, double(std::fabs(b[i][j])));
-    }
-  return worst / largest;
-}
+using mimatrix::resnet::test::worst_difference;
 
 TEST(data_parallel_cuda, two_ranks_on_one_batch_take_one_ranks_step_overlapped_or_not) {
   if (const std::string why = no_device(); !why.empty()) GTEST_SKIP() << "needs a CUDA device (" << why << ")";
