@@ -123,7 +123,7 @@ void speed(const settings& s) {
   }
   std::printf("\nRing at 16384 ranks: %.0f M steps; with one shared schedule its ranks' own state is still about "
               "%.0f GB (9 bytes a step) and the run about 16 times the 4096-rank one: left out of the study (run "
-              "alone: 286 s to simulate, see \"Simulator speed\").\n\n",
+              "alone: 122-286 s to simulate, this VM varying; see \"Simulator speed\").\n\n",
               4.0 * 16384 * 16383 / 1e6, 4.0 * 16384 * 16383 * 9 / 1e9);
 }
 
