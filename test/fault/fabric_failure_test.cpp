@@ -409,6 +409,7 @@ TEST(fabric_start_up, a_setting_that_must_agree_and_does_not_is_named_by_every_r
   for (const auto& [provider, setting, theirs] :
        {std::tuple<std::string, std::string, std::string>{"shm", "MIMATRIX_BULK=off", "has MIMATRIX_BULK=on"},
         {"shm", "MIMATRIX_MAILBOX=off", "has MIMATRIX_MAILBOX=on"},
+        {"shm", "MIMATRIX_DEVICE_HMEM=on", "has MIMATRIX_DEVICE_HMEM=off"},
         {"tcp;ofi_rxm", "MIMATRIX_CHUNK_BYTES=65536", "MIMATRIX_CHUNK_BYTES="},
         {"tcp;ofi_rxm", "MIMATRIX_ALGO=allreduce:ring", "has MIMATRIX_ALGO=unset"}}) {
     SCOPED_TRACE(provider + " " + setting);

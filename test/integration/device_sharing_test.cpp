@@ -1,7 +1,10 @@
-// Device buffers read directly by peers on one host (fabric/execution_shared.hpp, as CUDA
-// IPC): each receiver opens its sender's block and copies or reduces from it on its own
-// stream; nothing goes through host memory. Through the host port, whose "device" blocks
-// processes share (memfd) and whose kernels refuse host memory: exact results for every
+// Device buffers between processes with no copy through host memory, on both paths:
+// read directly by peers on one host (fabric/execution_shared.hpp, as CUDA IPC: each
+// receiver opens its sender's block and copies or reduces from it on its own stream), and
+// moved by the provider itself (fabric/execution_device_memory.hpp, FI_HMEM: registered
+// with their interface, received into device staging slots). Through the host port,
+// whose "device" blocks processes share (memfd), which the network reads as host memory
+// (FI_HMEM_SYSTEM), and whose kernels refuse host memory: exact results for every
 // two-sided algorithm and collective on late-running streams, ordered on the caller's
 // stream; one-sided GDRAA staged beside them; a buffer that cannot be shared fails every
 // rank, naming it.
@@ -11,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -42,10 +46,12 @@ MIMATRIX_SCENARIO(shared_collectives) {
   collectives<fabric> coll(comm);
   const int p = comm.size(), r = comm.rank();
   const device::stream s{&dev, dev.make_stream()};
+  const bool provider_moves = std::getenv("MIMATRIX_DEVICE_HMEM") != nullptr;  // else peers read directly
   int wrong = 0;
 
-  // A producer queued before each call writes the input late; only the stream is
-  // synchronized before the result is read, by a consumer queued after the call.
+  // A producer queued before each call writes the input late, and clears the output (a
+  // receive landing there before it ran would be lost); only the stream is synchronized
+  // before the result is read, by a consumer queued after the call.
   constexpr std::size_t n = 30'011;
   for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
     for (bool in_place : {true, false}) {
@@ -54,6 +60,8 @@ MIMATRIX_SCENARIO(shared_collectives) {
       dev.enqueue(s.handle, [&] {
         std::this_thread::sleep_for(10ms);
         for (std::size_t i = 0; i < n; ++i) in[i] = std::int64_t(i % 1000) * (r + 1);
+        if (!in_place)
+          for (std::size_t i = 0; i < n; ++i) out[i] = -1;
       });
       std::int64_t* dst = in_place ? in.data() : out.data();
       auto pending = coll.allreduce(in.data(), dst, n, dtype::int64, reduce::op_kind::sum, on(s, algo));
@@ -86,6 +94,15 @@ MIMATRIX_SCENARIO(shared_collectives) {
   device_array<float> avg(dev, 999, float(r + 1));
   coll.allreduce(avg.data(), avg.data(), avg.size(), dtype::float32, reduce::op_kind::avg, on(s)).wait();
   for (std::size_t i = 0; i < avg.size(); ++i) wrong += avg[i] != float(p + 1) / 2;
+  if (provider_moves) {  // registered once: the same buffers again register nothing
+    const std::size_t registered = comm.transport().registrations();
+    coll.allreduce(avg.data(), avg.data(), avg.size(), dtype::float32, reduce::op_kind::avg, on(s)).wait();
+    if (registered == 0 || comm.transport().registrations() != registered)
+      std::printf("rank %d: %zu registrations, then %zu for the same buffers\n", r, registered,
+                  comm.transport().registrations());
+    wrong += registered == 0 || comm.transport().registrations() != registered;
+    for (std::size_t i = 0; i < avg.size(); ++i) wrong += avg[i] != float(p + 1) / 2;
+  }
 
   constexpr std::size_t m = 1000;
   device_array<std::int32_t> whole(dev, m * std::size_t(p)), part(dev, m);
@@ -97,16 +114,29 @@ MIMATRIX_SCENARIO(shared_collectives) {
   coll.allgather(mine.data(), all.data(), m, dtype::float32, on(s)).wait();
   for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != float(i / m + 1);
 
-  // Small and pipelined in chunks (a send's end may release the next send).
+  // Small and pipelined in chunks (a send's end may release the next send). What a rank
+  // receives does not wait for its own input here: work queued before the call that
+  // clears the output late, on every rank but the root, must still come first.
   for (std::size_t count : {std::size_t(777), std::size_t(3) << 20}) {
     device_array<std::int32_t> root(dev, count, 5), got(dev, count, 0);
+    if (r != p - 1) dev.enqueue(s.handle, [&] {
+      std::this_thread::sleep_for(30ms);
+      for (std::size_t i = 0; i < got.size(); ++i) got[i] = -1;
+    });
     coll.broadcast(r == p - 1 ? root.data() : nullptr, got.data(), got.size(), dtype::int32, p - 1, on(s)).wait();
+    dev.synchronize(s.handle);
     for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != 5;
   }
 
-  const std::size_t opened = dev.imported_blocks();
-  if (opened == 0) std::printf("rank %d: no peer's block was opened: the calls did not read peers' memory\n", r);
-  wrong += opened == 0;
+  // The path taken: peers' blocks opened, or (the provider moving device memory) none
+  // opened and nothing copied through host memory.
+  const std::size_t opened = dev.imported_blocks(), host_copies = dev.host_copies();
+  if (provider_moves && (opened || host_copies))
+    std::printf("rank %d: %zu peers' blocks opened, %zu copies through host memory: the provider did not move "
+                "device memory itself\n", r, opened, host_copies);
+  else if (!provider_moves && opened == 0)
+    std::printf("rank %d: no peer's block was opened: the calls did not read peers' memory\n", r);
+  wrong += provider_moves ? opened != 0 || host_copies != 0 : opened == 0;
 
   // GDRAA writes one-sided into the RMA window: staged through host memory beside them.
   collectives<fabric, topology::mesh> mesh(comm);
@@ -116,24 +146,25 @@ MIMATRIX_SCENARIO(shared_collectives) {
       .wait();
   for (std::size_t i = 0; i < written.size(); ++i) wrong += written[i] != p * std::int64_t(i) + p * (p - 1) / 2;
   wrong += dev.imported_blocks() != opened;
+  wrong += dev.host_copies() == host_copies;
 
   dev.free_stream(s.handle);
   if (wrong == 0) std::printf("rank %d: shared device calls exact\n", r);
   return wrong == 0 ? 0 : 1;
 }
 
-// Rank 1's input is host memory, which no peer can open: every rank fails the call, and
-// the one that could not share says which buffer and why.
-MIMATRIX_SCENARIO(unshareable_buffer) {
-  device::host_port dev({.lag = 0us, .device_memory_only = true});
+/// One ring allreduce on the port's device memory (rank 1's input on the host when
+/// `host_input_on_rank_1`); prints what it ended with. 0 if it failed.
+int ring_allreduce_that_fails(device::host_port::settings port_settings, bool host_input_on_rank_1) {
+  device::host_port dev(port_settings);
   communicator<fabric> comm;
   comm.set_timeout(20s);
   collectives<fabric> coll(comm);
   const int r = comm.rank();
   const device::stream s{&dev, dev.make_stream()};
-  device_array<std::int32_t> shared(dev, 4096, 1);
+  device_array<std::int32_t> on_device(dev, 4096, 1);
   std::vector<std::int32_t> host(4096, 1);
-  std::int32_t* data = r == 1 ? host.data() : shared.data();
+  std::int32_t* data = r == 1 && host_input_on_rank_1 ? host.data() : on_device.data();
   std::string what = "succeeded";
   try {
     coll.allreduce(data, data, 4096, dtype::int32, reduce::op_kind::sum, on(s, "ring")).wait();
@@ -144,6 +175,19 @@ MIMATRIX_SCENARIO(unshareable_buffer) {
   dev.free_stream(s.handle);
   std::printf("rank %d: %s\n", r, what.c_str());
   return what != "succeeded" ? 0 : 1;
+}
+
+// Rank 1's input is host memory, which no peer can open: every rank fails the call, and
+// the one that could not share says which buffer and why.
+MIMATRIX_SCENARIO(unshareable_buffer) {
+  return ring_allreduce_that_fails({.lag = 0us, .device_memory_only = true}, true);
+}
+
+// A port whose memory the provider cannot register (named CUDA memory to a libfabric
+// without CUDA support): every rank fails the call, saying which buffer and why.
+MIMATRIX_SCENARIO(unregistrable_buffer) {
+  return ring_allreduce_that_fails(
+      {.lag = 0us, .device_memory_only = true, .network = {device::network_memory::interface::cuda, 0}}, false);
 }
 
 class device_sharing : public ::testing::TestWithParam<std::string> {};
@@ -164,6 +208,30 @@ TEST_P(device_sharing, a_buffer_no_peer_can_open_fails_every_rank_and_is_named) 
   EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
   EXPECT_NE(result.output[1].find("cannot share its input buffer"), std::string::npos) << test::all_output(result);
   EXPECT_NE(result.output[1].find("rank 1"), std::string::npos) << test::all_output(result);
+}
+
+// Without mailboxes, a provider that moves device memory (FI_HMEM; shm grants it, for
+// host memory) sends and receives the device buffers as they are.
+const std::vector<std::pair<std::string, std::string>> provider_moves{
+    {"MIMATRIX_MAILBOX", "off"}, {"MIMATRIX_BULK", "off"}, {"MIMATRIX_DEVICE_HMEM", "on"}};
+
+TEST(device_network_memory, the_provider_moves_device_buffers_exactly_with_no_host_copy) {
+  const auto result = test::run_ranks(3, "shm", "shared_collectives", provider_moves);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("shared device calls exact"), std::string::npos)
+        << test::all_output(result);
+}
+
+TEST(device_network_memory, memory_the_provider_cannot_register_fails_every_rank_and_is_named) {
+  const auto result = test::run_ranks(3, "shm", "unregistrable_buffer", provider_moves);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 3; ++r) {
+    const std::string& out = result.output[std::size_t(r)];
+    EXPECT_NE(out.find("rank " + std::to_string(r) + ": allreduce"), std::string::npos) << test::all_output(result);
+    EXPECT_NE(out.find("cannot register its input device buffer"), std::string::npos) << test::all_output(result);
+    EXPECT_NE(out.find("MIMATRIX_DEVICE_HMEM=0"), std::string::npos) << test::all_output(result);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(fabric, device_sharing, ::testing::ValuesIn(test::test_providers()),

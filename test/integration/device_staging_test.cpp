@@ -111,6 +111,9 @@ MIMATRIX_SCENARIO(staged_collectives) {
   for (std::size_t i = 0; i < after.size(); ++i) wrong += after[i] != std::int32_t(i) * (p * (p + 1) / 2);
   wrong += after.size() != grad.size();
 
+  if (dev.host_copies() == 0) std::printf("rank %d: nothing was copied through host memory\n", r);
+  wrong += dev.host_copies() == 0;
+
   dev.free_stream(s.handle);
   if (wrong == 0) std::printf("rank %d: staged device calls exact\n", r);
   return wrong == 0 ? 0 : 1;
@@ -138,6 +141,14 @@ TEST_P(device_staging, stages_device_buffers_through_the_host_exactly) {
 TEST_P(device_staging, in_small_pieces_every_step_waits_for_its_input_and_every_piece_for_its_writers) {
   expect_exact(test::run_ranks(3, GetParam(), "staged_collectives",
                                {{"MIMATRIX_STAGING_PIECE_BYTES", "1024"}, {"MIMATRIX_DEVICE_IPC", "0"}}),
+               3);
+}
+
+// A provider that cannot move device memory itself (tcp: no FI_HMEM) stages it, even
+// where MIMATRIX_DEVICE_HMEM=on asks for that.
+TEST(device_staging_without_fi_hmem, tcp_stages_device_buffers_asked_to_move_them_directly) {
+  expect_exact(test::run_ranks(3, "tcp;ofi_rxm", "staged_collectives",
+                               {{"MIMATRIX_DEVICE_IPC", "0"}, {"MIMATRIX_DEVICE_HMEM", "on"}}),
                3);
 }
 

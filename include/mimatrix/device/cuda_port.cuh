@@ -213,6 +213,8 @@ class cuda_port final : public port {
   }
 
   bool shares_memory() const override { return true; }
+  /// libfabric's FI_HMEM_CUDA on this port's device (GPUDirect RDMA where the provider can).
+  network_memory network() const override { return {network_memory::interface::cuda, device_}; }
   /// The CUDA IPC handle of the cudaMalloc allocation that holds [p, p + bytes).
   shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset) override {
     here();

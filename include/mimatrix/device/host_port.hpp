@@ -44,6 +44,9 @@ class host_port final : public port {
     /// Combines and finalizes refuse memory not from allocate_device, as a GPU's kernel
     /// faults on pageable host memory: a call that combines in host memory fails here too.
     bool device_memory_only = false;
+    /// How it names its memory to a network (tests: cuda, which a network without CUDA
+    /// support refuses to register).
+    network_memory network{network_memory::interface::system, 0};
   };
 
   host_port() : host_port(settings{}) {}
@@ -92,6 +95,7 @@ class host_port final : public port {
   }
 
   void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override {
+    if (bytes && (!on_device(dst, bytes) || !on_device(src, bytes))) ++host_copies_;
     enqueue(s, [=] {
       if (dst != src && bytes) std::memmove(dst, src, bytes);
     });
@@ -191,6 +195,8 @@ class host_port final : public port {
   }
 
   bool shares_memory() const override { return true; }
+  /// Its "device" memory is host memory, which a network reads as such (settings).
+  network_memory network() const override { return settings_.network; }
   /// The handle of the allocate_device block holding [p, p + bytes) (an imported block
   /// gives its owner's handle), and p's offset in it.
   shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset) override {
@@ -236,6 +242,10 @@ class host_port final : public port {
     std::lock_guard lock(mutex_);
     return imported_.size();
   }
+
+  /// How many copies touched host memory (staging through the host does; a call whose
+  /// data moves device to device does not).
+  std::size_t host_copies() const { return host_copies_; }
 
   /// Queues `work` on `s` as a kernel would be: a test's stand-in for the caller's own
   /// device work before and after a collective.
@@ -362,6 +372,7 @@ class host_port final : public port {
   std::set<queue*> streams_;
   block_map device_memory_;  // allocate_device and imported blocks by start
   std::map<std::pair<std::int64_t, std::uint64_t>, std::byte*> imported_;  // by (owner pid, id)
+  std::atomic<std::size_t> host_copies_{0};
   static inline std::atomic<std::uint64_t> next_block_id_{0};  // process-wide: ids key imports
 };
 

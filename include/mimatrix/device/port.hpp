@@ -41,6 +41,14 @@ struct shared_memory {
   std::array<std::byte, 64> handle{};
 };
 
+/// How a network library names a port's device memory when it moves it directly
+/// (libfabric's FI_HMEM: the interface, and the device for CUDA).
+struct network_memory {
+  enum class interface { none, system, cuda };
+  interface iface = interface::none;  // none: the network cannot read it; stage through the host
+  int device = 0;
+};
+
 /// What a device offers the executor. Every call queues work and returns at once unless it
 /// says otherwise; errors of queued work surface at done() or synchronize().
 ///
@@ -98,6 +106,10 @@ class port {
   /// until the port goes (opening one costs milliseconds on CUDA); its handle must come
   /// from export_memory() of the same kind of port on this node.
   virtual std::byte* import_memory(const shared_memory& block);
+
+  /// What a network library must be told to send and receive this port's device memory
+  /// directly (GPUDirect RDMA); interface::none where it cannot.
+  virtual network_memory network() const { return {}; }
 
   /// Host memory that copies to and from the device run on asynchronously (pinned for
   /// CUDA: a copy from pageable memory would block the thread that queues it).

@@ -76,8 +76,8 @@ class step_executor : public execution {
     (void)id;
     return {};
   }
-  /// Whether the transport posts this recv_reduce itself, through post_early(), in an
-  /// order of its own (staging slots), rather than once its dependencies are done.
+  /// Whether the transport posts this receive itself, through post_early(), in an order
+  /// of its own (staging slots), rather than once its dependencies are done.
   virtual bool posts_early(schedule::step_id id) const {
     (void)id;
     return false;
@@ -105,13 +105,17 @@ class step_executor : public execution {
 
   /// The call's buffers are device memory of `caller`'s port: its local steps and
   /// landings run on the rank's stream after `caller`'s earlier work and before its later
-  /// work, its scratch is device memory (device_steps.hpp). Call before start().
-  void run_on_device(const device::stream& caller, device::rank_streams& resources) {
-    device_ = std::make_unique<device_steps>(caller, resources.take_stream(*caller.device), kernels_, plan_->desc.size,
-                                             resources.scratch(*caller.device, plan_->scratch_bytes));
+  /// work, its scratch is device memory (device_steps.hpp), with `extra_bytes` more
+  /// behind the plan's (from scratch_end()) for the transport. Call before start().
+  void run_on_device(const device::stream& caller, device::rank_streams& resources, std::size_t extra_bytes = 0) {
+    device_ = std::make_unique<device_steps>(
+        caller, resources.take_stream(*caller.device), kernels_, plan_->desc.size,
+        resources.scratch(*caller.device, extra_bytes ? scratch_end() + extra_bytes : plan_->scratch_bytes));
     mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
+  /// Where the transport's part of the device scratch begins (run_on_device's extra).
+  std::size_t scratch_end() const { return (plan_->scratch_bytes + 255) / 256 * 256; }
   /// The call's buffers are device memory of `caller`'s port, which this transport moves
   /// only through host memory: the executor runs it on host copies, in a pipeline
   /// (host_staging.hpp), and mem_'s input and output become those. Output pieces go back
@@ -326,13 +330,8 @@ inline bool step_executor::start_ready() {
         post_now(id);
         break;
       case schedule::step_kind::recv:
-        if (s.arrived)  // a transport that takes messages before their receive is ready
-          consume(id, arrived_data(id));
-        else
-          post_now(id);
-        break;
       case schedule::step_kind::recv_reduce:
-        if (s.arrived)
+        if (s.arrived)  // a transport that takes messages before their receive is ready
           consume(id, arrived_data(id));
         else if (!s.posted && !s.queued && !posts_early(id))
           post_now(id);

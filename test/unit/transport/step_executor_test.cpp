@@ -91,7 +91,9 @@ class scripted final : public step_executor {
     return changed;
   }
 
-  bool posts_early(step_id) const override { return early_; }
+  bool posts_early(step_id id) const override {
+    return early_ && plan().steps[id].kind == schedule::step_kind::recv_reduce;  // as the constructor does
+  }
   const std::byte* arrived_data(step_id id) override {
     return reinterpret_cast<const std::byte*>(arrived_.at(id).data());
   }

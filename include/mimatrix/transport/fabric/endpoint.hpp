@@ -119,6 +119,22 @@ class endpoint {
     return on;
   }
 
+  /// Whether calls on device buffers may be sent and received by the provider directly
+  /// (FI_HMEM: GPUDirect RDMA on verbs or efa), where no mailbox carries them:
+  /// MIMATRIX_DEVICE_HMEM is "auto" (unset: every provider but shm, whose ranks share a
+  /// host and read each other's memory by IPC instead), "on" (shm too) or "0" (never;
+  /// device buffers stage through host memory). Agreed at start-up.
+  static std::string_view device_hmem() {
+    static const std::string value = [] {
+      const char* v = std::getenv("MIMATRIX_DEVICE_HMEM");
+      return std::string(v ? v : "auto");
+    }();
+    return value;
+  }
+
+  /// Whether the provider moves device memory itself (FI_HMEM granted at open()).
+  bool moves_device_memory() const { return hmem_; }
+
   /// The shared-memory mailboxes to ranks on this host, for small messages and for
   /// chunks (nullptr: none).
   local_mailboxes* mailboxes() { return mailboxes_.get(); }
@@ -332,6 +348,7 @@ class endpoint {
 
   static std::string available_providers();
   void open();
+  void ask_for_device_memory(fi_info* hints);
   void exchange_addresses();
   /// What every rank must set alike (both ends pick a message's route by it, and the
   /// schedules cut chunks by it), as "NAME=value" words.
@@ -406,6 +423,7 @@ class endpoint {
   std::size_t one_sided_calls_ = 0;
   std::vector<std::uint64_t> flags_;  // remote CQ data of writes not yet taken by their call
   bool carries_signature_ = true;
+  bool hmem_ = false;  // FI_HMEM granted: device buffers go to the provider as they are
   std::size_t inject_bytes_ = 0;
   bool closing_ = false;
   std::vector<fi_addr_t> peers_;

@@ -76,6 +76,30 @@ inline std::string endpoint::available_providers() {
   return s.empty() ? "none" : s;
 }
 
+/// The provider chosen by `hints` again, now also moving device memory (FI_HMEM, whose
+/// buffers it needs registered: FI_MR_HMEM), where MIMATRIX_DEVICE_HMEM asks and the
+/// provider can; info_ is kept as it is otherwise. FI_HMEM's registrations name their
+/// interface from API 1.10 on.
+inline void endpoint::ask_for_device_memory(fi_info* hints) {
+  const std::string chosen = info_->fabric_attr->prov_name;
+  const std::string_view want = device_hmem();
+  if (want == "0" || want == "off" || (want != "on" && chosen == "shm")) return;
+  fi_info* with = fi_dupinfo(hints);
+  if (!with) return;
+  with->caps = info_->caps & (FI_TAGGED | FI_RMA | FI_WRITE | FI_REMOTE_WRITE);
+  with->caps |= FI_HMEM;
+  with->domain_attr->mr_mode |= FI_MR_HMEM;
+  free(with->fabric_attr->prov_name);
+  with->fabric_attr->prov_name = strdup(chosen.c_str());
+  fi_info* found = nullptr;
+  if (fi_getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, with, &found) == 0 && found) {
+    fi_freeinfo(info_);
+    info_ = found;
+    hmem_ = true;
+  }
+  fi_freeinfo(with);
+}
+
 inline void endpoint::open() {
   fi_info* hints = fi_allocinfo();
   if (!hints) throw error(errc::transport, "transport::fabric: fi_allocinfo failed");
@@ -94,6 +118,7 @@ inline void endpoint::open() {
     settings_.window_bytes = 0;
     ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
   }
+  if (ret == 0 && info_) ask_for_device_memory(hints);
   fi_freeinfo(hints);
   if (ret != 0 || !info_) {
     const char* filter = std::getenv("FI_PROVIDER");
@@ -279,7 +304,8 @@ inline std::string endpoint::agreed_settings() const {
          " MIMATRIX_CHUNK_BYTES=" +
          std::to_string(settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_)) +
          " bulk_slots=" + std::to_string(settings_.bulk_slots) + " MIMATRIX_ALGO=" + algorithm_rules() +
-         " MIMATRIX_DEVICE_IPC=" + (device_ipc() ? "on" : "off");
+         " MIMATRIX_DEVICE_IPC=" + (device_ipc() ? "on" : "off") +
+         " MIMATRIX_DEVICE_HMEM=" + (hmem_ ? "on" : "off");  // what the provider granted
 }
 
 /// MIMATRIX_ALGO without its spaces ("unset" when it is): ranks that pin different

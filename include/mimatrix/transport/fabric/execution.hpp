@@ -8,8 +8,9 @@
 // This file declares the class, with its set-up and the executor's hooks; the paths are
 // defined by idea in execution_messages.hpp (tagged messages and staging),
 // execution_rings.hpp (mailboxes and bulk rings), execution_one_sided.hpp (RMA writes
-// and flags) and execution_shared.hpp (device memory read by peers on this host),
-// included at the end.
+// and flags), execution_shared.hpp (device memory read by peers on this host) and
+// execution_device_memory.hpp (device memory the provider moves: FI_HMEM), included at
+// the end.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -62,6 +63,7 @@ class execution final : public step_executor, private call {
     state_.assign(n, step_state{});
     looked_.assign(2 * std::size_t(this->plan().desc.size), 0);
     std::size_t slot_bytes = 0;
+    bool any_box = false;
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
       if (schedule::is_one_sided(st.kind) || (st.kind == kind::wait && st.count > 0)) {
@@ -74,15 +76,23 @@ class execution final : public step_executor, private call {
       if (schedule::is_communication(st.kind) && st.tag > wire::max_tag)
         throw error(errc::invalid_argument, "transport::fabric: schedule tag " + std::to_string(st.tag) +
                                                 " exceeds the " + std::to_string(wire::tag_bits) + " bits a tag carries");
-      if (schedule::is_communication(st.kind) && (state_[i].box = shared_ ? small_ : box_for(st))) continue;
+      if (schedule::is_communication(st.kind) && (state_[i].box = shared_ ? small_ : box_for(st))) {
+        any_box = true;
+        continue;
+      }
       if (st.kind == kind::recv_reduce) {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
     }
-    if (shared_) {  // device buffers that peers read directly
+    hmem_ = caller && !shared_ && !one_sided_ && !any_box && ep_->moves_device_memory() &&
+            caller->device->network().iface != device::network_memory::interface::none;
+    if (hmem_) {
+      port_memory_ = caller->device->network();
+      slot_bytes = stage_every_receive();
+    } else if (shared_) {  // device buffers that peers read directly
       run_on_device(*caller, *resources);
-    } else if (caller) {  // device buffers: the call runs on host copies (no FI_HMEM path yet)
+    } else if (caller) {  // device buffers the provider cannot move: the call runs on host copies
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, *resources, input, output, !one_sided_);
       user_output_ = mem_.output;
@@ -92,7 +102,13 @@ class execution final : public step_executor, private call {
     const std::size_t slots =
         std::clamp<std::size_t>(ep_->staging_bytes() / std::max<std::size_t>(slot_bytes, 1), 2, max_staged);
     slot_bytes_ = slot_bytes;
-    staging_ = ws_->staging.reserve(std::min(slots, reduces_.size()) * slot_bytes);
+    const std::size_t staged_bytes = std::min(slots, reduces_.size()) * slot_bytes;
+    if (hmem_) {  // device memory behind the call's scratch
+      run_on_device(*caller, *resources, staged_bytes);
+      staging_ = staged_bytes ? mem_.scratch + scratch_end() : nullptr;
+    } else {
+      staging_ = ws_->staging.reserve(staged_bytes);
+    }
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
     if (ep_->any_failure()) {  // late messages of failed calls
       const auto now = static_cast<std::uint32_t>(sig.sequence) & wire::sequence_mask;
@@ -104,7 +120,7 @@ class execution final : public step_executor, private call {
     }
     if (one_sided_)
       use_window();
-    else if (!shared_)
+    else if (!shared_ && !hmem_)
       mem_.scratch = ws_->scratch.reserve(this->plan().scratch_bytes);
     if (!shared_) register_whole_buffers();
     if (const fabric::failure* d = ep_->disabled())
@@ -114,6 +130,8 @@ class execution final : public step_executor, private call {
     else if (auto f = ep_->failure(sig.sequence))
       fail_from(f->code, f->message);
     else if (shared_ && !export_buffers(*caller->device)) {
+      // failed, saying why
+    } else if (hmem_ && !register_device_buffers()) {
       // failed, saying why
     } else
       stage_more();  // receives into staging depend on nothing: post as many as there are slots now
@@ -204,7 +222,10 @@ class execution final : public step_executor, private call {
   }
 
   /// Staged receives are posted in schedule order as slots free up (stage_more()).
-  bool posts_early(schedule::step_id id) const override { return !state_[id].box; }
+  bool posts_early(schedule::step_id id) const override { return is_staged(id); }
+  bool is_staged(schedule::step_id id) const {
+    return !state_[id].box && (hmem_ || step_at(id).kind == kind::recv_reduce);
+  }
   const std::byte* arrived_data(schedule::step_id id) override { return staged(id); }
 
   /// A staged recv_reduce has been reduced: its slot goes to the next one.
@@ -370,12 +391,32 @@ class execution final : public step_executor, private call {
   /// their receives. In order, the earliest unfinished one always has a slot.
   void stage_more();
 
+  // ---- device memory the provider moves itself (FI_HMEM) ----------------------------
+
+  /// Every receive of a call whose device buffers go to the provider as they are lands in
+  /// a device staging slot, and its copy or reduction runs on the stream from there: the
+  /// provider writes no caller buffer that work queued before the call may still use.
+  /// Returns the slot size; reduces_ becomes every receive, in schedule order.
+  std::size_t stage_every_receive();
+
+  /// Registers the call's device buffers whole, once; false (the call failed, saying
+  /// why) where the provider refuses.
+  bool register_device_buffers();
+
+  /// A buffer's descriptor: device memory registered with its interface on that path,
+  /// host memory as the provider needs it otherwise.
+  void* descriptor(const std::byte* data, std::size_t bytes) {
+    return hmem_ ? ep_->registrations().device_descriptor(data, bytes, port_memory_)
+                 : ep_->registrations().descriptor(data, bytes);
+  }
+
   // ---- memory -------------------------------------------------------------------------
 
   /// Providers that need registered memory get each buffer whole, once: the chunks then
   /// find it in the cache instead of registering pages one chunk at a time.
   void register_whole_buffers() {
     registration_cache& mr = ep_->registrations();
+    if (hmem_) return;  // register_device_buffers(), which may fail the call
     if (!mr.required()) return;
     mr.descriptor(mem_.input, plan().desc.input_bytes());
     mr.descriptor(mem_.output, plan().desc.output_bytes());
@@ -396,6 +437,8 @@ class execution final : public step_executor, private call {
   std::shared_ptr<endpoint> ep_;
   std::uint64_t packed_;
   bool shared_ = false;             // device buffers read by peers directly (execution_shared.hpp)
+  bool hmem_ = false;               // device buffers the provider moves itself (FI_HMEM)
+  device::network_memory port_memory_{};  // how the provider names them, when hmem_
   device::port* port_ = nullptr;     // their port, when shared_
   std::array<shared_region, 3> exported_{};  // by schedule::buffer: the call's buffers as peers open them
   std::vector<schedule::step_id> unread_;     // sends whose receivers have not read them yet
@@ -440,3 +483,4 @@ class execution final : public step_executor, private call {
 #include "mimatrix/transport/fabric/execution_one_sided.hpp"
 #include "mimatrix/transport/fabric/execution_rings.hpp"
 #include "mimatrix/transport/fabric/execution_shared.hpp"
+#include "mimatrix/transport/fabric/execution_device_memory.hpp"

@@ -35,23 +35,24 @@ inline execution::posted execution::post(schedule::step_id id) {
       return posted::deferred;  // the ring is full
     return posted::done;
   }
-  if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes()) return inject(id);
-  if (st.kind == kind::recv && posted_receives_ >= max_posted_receives)
+  // Device memory is never injected: the provider would read it with the CPU.
+  if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes() && !hmem_) return inject(id);
+  const bool staged_here = is_staged(id);
+  if (st.kind == kind::recv && !staged_here && posted_receives_ >= max_posted_receives)
     return posted::deferred;  // held back by us: the provider's receive queue stays open to recv_reduce
   posted_op* r = ep_->acquire(this, id);
   const std::uint64_t tag = wire::data_tag(st.kind == kind::send ? plan().rank : st.peer, sig().sequence, st.tag);
   if (st.kind == kind::send) {
     const std::byte* data = mem_.read(st.src);
     return posted_as(id, r, "fi_tsenddata",
-                     fi_tsenddata(ep_->ep(), data, st.src.bytes, ep_->registrations().descriptor(data, st.src.bytes),
-                                  packed_, ep_->address(st.peer), tag, &r->ctx));
+                     fi_tsenddata(ep_->ep(), data, st.src.bytes, descriptor(data, st.src.bytes), packed_,
+                                  ep_->address(st.peer), tag, &r->ctx));
   }
-  std::byte* data = st.kind == kind::recv ? mem_.write(st.dst) : staged(id);
+  std::byte* data = staged_here ? staged(id) : mem_.write(st.dst);
   const posted p = posted_as(id, r, "fi_trecv",
-                             fi_trecv(ep_->ep(), data, st.dst.bytes,
-                                      ep_->registrations().descriptor(data, st.dst.bytes), ep_->address(st.peer),
-                                      tag, 0, &r->ctx));
-  if (p == posted::started && st.kind == kind::recv) ++posted_receives_;
+                             fi_trecv(ep_->ep(), data, st.dst.bytes, descriptor(data, st.dst.bytes),
+                                      ep_->address(st.peer), tag, 0, &r->ctx));
+  if (p == posted::started && st.kind == kind::recv && !staged_here) ++posted_receives_;
   return p;
 }
 
@@ -97,7 +98,7 @@ inline void execution::on_complete(posted_op& r, const fi_cq_tagged_entry& e) {
   --in_flight_;
   ep_->release(&r);
   const schedule::step& st = step_at(id);
-  if (st.kind == kind::recv) --posted_receives_;
+  if (st.kind == kind::recv && !hmem_) --posted_receives_;
   if (st.kind == kind::send || schedule::is_one_sided(st.kind)) return complete(id);
   if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
     return fail(errc::mismatch,
@@ -107,7 +108,7 @@ inline void execution::on_complete(posted_op& r, const fi_cq_tagged_entry& e) {
                                                           std::to_string(e.len) + " bytes where " +
                                                           std::to_string(st.dst.bytes) + " were expected (" +
                                                           to_string(sig()) + ")"));
-  if (st.kind == kind::recv) return complete(id);
+  if (!is_staged(id)) return complete(id);
   arrive(id, staged(id));
 }
 
@@ -117,7 +118,7 @@ inline void execution::on_error(posted_op& r, const fi_cq_err_entry& e) {
   --in_flight_;
   ep_->release(&r);
   const schedule::step& st = step_at(id);
-  if (st.kind == kind::recv) --posted_receives_;
+  if (st.kind == kind::recv && !hmem_) --posted_receives_;
   const int code = e.err < 0 ? -e.err : e.err;  // providers differ in the sign
   if (code == FI_ETRUNC && (e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)  // another call's message
     return fail(errc::mismatch,

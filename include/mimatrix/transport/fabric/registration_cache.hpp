@@ -4,6 +4,7 @@
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mimatrix/device/port.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 
 namespace mimatrix::transport::detail::fabric {
@@ -61,6 +63,34 @@ class registration_cache {
     // use by an operation in flight, so it is retired, not closed.
     if (auto old = entries_.find(first); old != entries_.end()) retired_.push_back(old->second.mr);
     entries_.insert_or_assign(first, entry{last, mr});
+    return fi_mr_desc(mr);
+  }
+
+  /// The descriptor to pass with device memory [data, data + bytes) that the provider
+  /// moves itself (FI_HMEM), registering it on first use. Always registered (FI_MR_HMEM),
+  /// exactly: a device allocation cannot be rounded out to whole pages.
+  void* device_descriptor(const void* data, std::size_t bytes, device::network_memory where) {
+    if (bytes == 0) return nullptr;
+    const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
+    if (auto it = entries_.upper_bound(begin); it != entries_.begin()) {
+      if (auto prev = std::prev(it); prev->second.end >= end) {
+        ++hits_;
+        return fi_mr_desc(prev->second.mr);
+      }
+    }
+    iovec region{const_cast<void*>(data), bytes};
+    fi_mr_attr attr{};
+    attr.mr_iov = &region;
+    attr.iov_count = 1;
+    attr.access = access_;
+    attr.requested_key = ++next_key_;
+    attr.iface = where.iface == device::network_memory::interface::cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+    if (attr.iface == FI_HMEM_CUDA) attr.device.cuda = where.device;
+    fid_mr* mr = nullptr;
+    check_fabric_call(fi_mr_regattr(domain_, &attr, 0, &mr), "fi_mr_regattr (device memory)", provider_);
+    ++registrations_;
+    if (auto old = entries_.find(begin); old != entries_.end()) retired_.push_back(old->second.mr);
+    entries_.insert_or_assign(begin, entry{end, mr});
     return fi_mr_desc(mr);
   }
 
