@@ -228,7 +228,7 @@ class execution final : public step_executor, private call {
   }
   const std::byte* arrived_data(schedule::step_id id) override { return staged(id); }
 
-  /// A staged recv_reduce has been reduced: its slot goes to the next one.
+  /// A staged receive has been reduced or copied out: its slot goes to the next one.
   void consumed(schedule::step_id id) override {
     if (shared_) return read_done(id);
     if (state_[id].box) return;
