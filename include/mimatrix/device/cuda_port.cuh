@@ -3,7 +3,8 @@
 // kernel that spins on a flag in mapped host memory until a kernel on another stream sets
 // it, so the caller's stream waits for a call queued after it with no host in between.
 // For .cu files; `cuda_port::instance()` is the process's port, on the device current where
-// it is first used (one GPU a process, as one rank a GPU).
+// it is first used (one GPU a process, as one rank a GPU); `cuda_port::for_device(d)` gives
+// ranks of one process on several GPUs a port each, with peer access between them.
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -19,12 +20,14 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/peer_access.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/cuda.cuh"
 #include "mimatrix/reduce/host_kernels.hpp"
@@ -93,6 +96,26 @@ __global__ inline void gate_open_kernel(volatile std::uint32_t* flag, std::uint3
   __threadfence_system();
 }
 
+/// The process's map of peer access between its GPUs (device/peer_access.hpp).
+inline peer_access& process_peers() {
+  static peer_access peers({[](int from, int to) {
+                              int can = 0;
+                              return cudaDeviceCanAccessPeer(&can, from, to) == cudaSuccess && can != 0;
+                            },
+                            [](int from, int to) {
+                              int current = -1;
+                              (void)cudaGetDevice(&current);
+                              (void)cudaSetDevice(from);
+                              const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+                              if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+                              (void)cudaSetDevice(current);
+                              check_cuda(e == cudaErrorPeerAccessAlreadyEnabled ? cudaSuccess : e,
+                                         "cudaDeviceEnablePeerAccess from GPU " + std::to_string(from) + " to GPU " +
+                                             std::to_string(to));
+                            }});
+  return peers;
+}
+
 }  // namespace detail
 
 /// @par Thread Safety
@@ -110,6 +133,7 @@ class cuda_port final : public port {
     for (std::uint32_t k = 0; k < gate_slots; ++k) flags_[k] = 0;
     detail::check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags_), flags_, 0),
                        "cudaHostGetDevicePointer of the gate flags");
+    detail::process_peers().join(device_);
   }
   cuda_port(const cuda_port&) = delete;
   cuda_port& operator=(const cuda_port&) = delete;
@@ -119,13 +143,39 @@ class cuda_port final : public port {
     cudaFreeHost(flags_);
   }
 
-  /// The process's port.
+  /// The process's port: for_device() of the device current where it is first used.
   static cuda_port& instance() {
-    static cuda_port port;
+    static cuda_port& port = [] () -> cuda_port& {
+      int d = 0;
+      detail::check_cuda(cudaGetDevice(&d), "cudaGetDevice");
+      return for_device(d);
+    }();
     return port;
   }
-  /// `s` as a collective takes it.
+  /// The port of GPU `d`, made once a process: ranks of one process on several GPUs take
+  /// one each. Their kernels read each other's memory (peer access, enabled as each is made).
+  static cuda_port& for_device(int d) {
+    static std::mutex guard;
+    static std::map<int, std::unique_ptr<cuda_port>> ports;
+    std::lock_guard lock(guard);
+    auto& slot = ports[d];
+    if (!slot) {
+      int current = -1;
+      detail::check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+      detail::check_cuda(cudaSetDevice(d), "cudaSetDevice to GPU " + std::to_string(d));
+      try {
+        slot = std::make_unique<cuda_port>();
+      } catch (...) {
+        (void)cudaSetDevice(current);
+        throw;
+      }
+      (void)cudaSetDevice(current);
+    }
+    return *slot;
+  }
+  /// `s` as a collective takes it: on instance(), or on GPU `d`'s port.
   static stream on(cudaStream_t s) { return {&instance(), s}; }
+  static stream on(cudaStream_t s, int d) { return {&for_device(d), s}; }
 
   std::string_view name() const override { return "cuda"; }
 
@@ -149,6 +199,8 @@ class cuda_port final : public port {
   void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
                std::size_t bytes) override {
     here();
+    if (!detail::process_peers().complete())  // some pair of this process's GPUs has no peer path
+      for (const void* operand : {static_cast<const void*>(dst), a, b}) reachable(operand, "combine");
     detail::with_operation(k.type, k.op, [&](auto op) {
       using T = typename decltype(op)::value_type;
       reduce::cuda::combine(op, static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b),
@@ -274,6 +326,16 @@ class cuda_port final : public port {
   }
 
   static cudaStream_t as_stream(stream_handle s) { return static_cast<cudaStream_t>(s); }
+
+  /// Throws, naming both GPUs, where `p` is memory of a GPU this one cannot read.
+  void reachable(const void* p, std::string_view what) const {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // not CUDA's memory: the kernel's own check says more
+      return;
+    }
+    if (attributes.type == cudaMemoryTypeDevice) detail::process_peers().check(device_, attributes.device, what);
+  }
 
   std::uint32_t* flags_ = nullptr;         // host view of the gate flags
   std::uint32_t* device_flags_ = nullptr;  // the same memory as kernels see it

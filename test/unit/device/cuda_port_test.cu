@@ -203,5 +203,32 @@ TEST_F(cuda_port_test, a_failed_call_lets_the_stream_go_on) {
   });
 }
 
+// Ranks of one process on two GPUs (rank r on GPU r % 2), each with its GPU's port:
+// receivers copy and reduce straight from the other GPU's memory (peer access).
+TEST_F(cuda_port_test, ranks_of_one_process_on_two_gpus_are_exact) {
+  int devices = 0;
+  CHECK_CUDA(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "one GPU";
+  constexpr std::size_t n = 100'003;
+  for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
+    transport::run_inproc(4, [&](int r, inproc::world& w) {
+      const int gpu = r % 2;
+      CHECK_CUDA(cudaSetDevice(gpu));
+      communicator<inproc> comm(w, r);
+      collectives<inproc> coll(comm);
+      cudaStream_t s = nullptr;
+      CHECK_CUDA(cudaStreamCreate(&s));
+      device_array<std::int32_t> data(n);
+      fill_kernel<<<32, 256, 0, s>>>(data.data, n, r, 0);
+      coll.allreduce(data.data, data.data, n, dtype::int32, reduce::op_kind::sum,
+                     {.algorithm = algo, .timeout = 20s, .stream = cuda_port::on(s, gpu), .tag = 0})
+          .wait();
+      const auto got = data.to_host();
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], std::int32_t((i % 13 + 1) * 10)) << algo << ", rank " << r << " on GPU " << gpu << ", element " << i;
+      cudaStreamDestroy(s);
+    });
+}
+
 }  // namespace
 }  // namespace mimatrix
