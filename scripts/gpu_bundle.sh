@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [BUILD] [OUT]: packs what a lent GPU machine runs into OUT (default
-# build/gpu): the CUDA test binaries, allreduce_perf with -G cuda, resnet_train (--device
+# build/gpu): the CUDA test binaries (the multi-process one among them), allreduce_perf with -G cuda, resnet_train (--device
 # cuda) with its launcher, and the shared libraries
 # they need that such a machine lacks (libfabric and its providers' libraries; it has CUDA,
 # cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes OUT/results there.
@@ -15,6 +15,7 @@ out=${2:-build/gpu}
 binaries=(
   test/unit/reduce/reduce_cuda_test
   test/unit/device/device_cuda_port_test
+  test/integration/cuda/integration_device_cuda_test
   examples/02_resnet/nn_cuda/test/resnet_nn_cuda_test
   examples/02_resnet/nn_cuda/test/resnet_model_cuda_test
   examples/02_resnet/nn_cuda/test/resnet_data_parallel_cuda_test
@@ -40,6 +41,9 @@ done | sort -u | while read -r name path; do
   [[ $name =~ $system ]] || cp -L "$path" "$out/lib/$name"
 done
 
+# Symbols are not needed there, and the carry limit is 64 MiB.
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*
+
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root or anywhere; each step's output goes to
@@ -57,6 +61,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$here/re
 cat "$here/results/gpu.txt"
 step reduce_cuda "$here/bin/reduce_cuda_test"
 step cuda_port "$here/bin/device_cuda_port_test"
+step device_cuda_processes "$here/bin/integration_device_cuda_test"
 step nn_cuda "$here/bin/resnet_nn_cuda_test"
 step model_cuda "$here/bin/resnet_model_cuda_test"
 step data_parallel_cuda "$here/bin/resnet_data_parallel_cuda_test"
