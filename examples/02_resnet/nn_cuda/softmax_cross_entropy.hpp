@@ -1,6 +1,8 @@
 // Softmax cross-entropy over N x K logits on the GPU, averaged over the batch, and its
 // gradient; stable by subtracting each row's maximum before exp. One kernel a direction: a
-// warp a row, the loss and the correct count summed on the device and copied back once.
+// warp a row, the loss and the correct count summed on the device and copied back once,
+// into page-locked memory behind an event: a training step queues its whole backward pass
+// before it reads them, so the GPU never idles while the host launches kernels.
 #pragma once
 
 #include "buffer.hpp"
@@ -10,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -38,16 +41,40 @@ namespace mimatrix::resnet::nn_cuda {
 // @par Thread Safety: as its context (one thread at a time).
 class softmax_cross_entropy {
  public:
-  explicit softmax_cross_entropy(context& ctx) : ctx_(&ctx), totals_(sizeof(detail::softmax_totals)) {}
+  explicit softmax_cross_entropy(context& ctx) : ctx_(&ctx), totals_(sizeof(detail::softmax_totals)) {
+    void* pinned = nullptr;
+    MIMATRIX_NN_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(detail::softmax_totals)));
+    host_totals_.reset(static_cast<detail::softmax_totals*>(pinned));
+    cudaEvent_t e = nullptr;
+    MIMATRIX_NN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    totals_ready_.reset(e);
+  }
 
   // Returns the mean loss (waits for the stream); remembers the probabilities for backward.
   // Labels on the host, as the data pipeline gives them (bytes), or wider for more than 256
   // classes; checked there, copied to the device.
   double forward(const device_tensor& logits, std::span<const std::uint8_t> labels) {
-    return forward_any(logits, labels);
+    queue_forward(logits, labels);
+    return mean_loss();
   }
   double forward(const device_tensor& logits, std::span<const std::int32_t> labels) {
-    return forward_any(logits, labels);
+    queue_forward(logits, labels);
+    return mean_loss();
+  }
+
+  // As forward, but returns at once; mean_loss() and correct() wait for its totals, and
+  // must be read before the next forward is queued.
+  void queue_forward(const device_tensor& logits, std::span<const std::uint8_t> labels) {
+    queue_forward_any(logits, labels);
+  }
+  void queue_forward(const device_tensor& logits, std::span<const std::int32_t> labels) {
+    queue_forward_any(logits, labels);
+  }
+
+  // The last forward's mean loss over its rows (waits for it).
+  [[nodiscard]] double mean_loss() const {
+    wait_for_totals();
+    return host_totals_->loss / static_cast<double>(rows_);
   }
 
   // The mean loss's gradient with respect to the logits: (softmax - one_hot) / N.
@@ -58,12 +85,27 @@ class softmax_cross_entropy {
     return grad;
   }
 
-  // How many rows of the last forward had their label as the largest logit.
-  [[nodiscard]] std::int64_t correct() const { return correct_; }
+  // How many rows of the last forward had their label as the largest logit (waits for it).
+  [[nodiscard]] std::int64_t correct() const {
+    wait_for_totals();
+    return static_cast<std::int64_t>(host_totals_->correct);
+  }
 
  private:
+  struct pinned_free {
+    void operator()(detail::softmax_totals* p) const noexcept { cudaFreeHost(p); }
+  };
+  struct event_destroy {
+    void operator()(cudaEvent_t e) const noexcept { cudaEventDestroy(e); }
+  };
+
+  void wait_for_totals() const {
+    if (rows_ == 0) throw std::logic_error("softmax_cross_entropy: no forward yet");
+    MIMATRIX_NN_CUDA_CHECK(cudaEventSynchronize(totals_ready_.get()));
+  }
+
   template <class Label>
-  double forward_any(const device_tensor& logits, std::span<const Label> labels) {
+  void queue_forward_any(const device_tensor& logits, std::span<const Label> labels) {
     if (logits.shape().size() != 2) throw std::invalid_argument("softmax_cross_entropy: logits are N x K");
     const auto n = logits.dim(0), k = logits.dim(1);
     if (static_cast<std::int64_t>(labels.size()) != n)
@@ -82,11 +124,11 @@ class softmax_cross_entropy {
     if (probabilities_.shape() != logits.shape()) probabilities_ = device_tensor(logits.shape());
     auto* totals = static_cast<detail::softmax_totals*>(totals_.data());
     detail::softmax_cross_entropy_forward(logits.data(), device_labels(), n, k, probabilities_.data(), totals, stream);
-    detail::softmax_totals host{};
-    MIMATRIX_NN_CUDA_CHECK(cudaMemcpyAsync(&host, totals, sizeof host, cudaMemcpyDeviceToHost, stream));
-    MIMATRIX_NN_CUDA_CHECK(cudaStreamSynchronize(stream));  // also: `wide` may go now
-    correct_ = static_cast<std::int64_t>(host.correct);
-    return host.loss / static_cast<double>(n);
+    // Overwrites the last forward's totals: read them (mean_loss, correct) before this.
+    MIMATRIX_NN_CUDA_CHECK(
+        cudaMemcpyAsync(host_totals_.get(), totals, sizeof(detail::softmax_totals), cudaMemcpyDeviceToHost, stream));
+    MIMATRIX_NN_CUDA_CHECK(cudaEventRecord(totals_ready_.get(), stream));
+    rows_ = n;
   }
 
   [[nodiscard]] const std::int32_t* device_labels() const { return static_cast<const std::int32_t*>(labels_.data()); }
@@ -95,7 +137,9 @@ class softmax_cross_entropy {
   device_tensor probabilities_;
   detail::device_buffer labels_;  // the last forward's, as int32
   detail::device_buffer totals_;  // one detail::softmax_totals
-  std::int64_t correct_ = 0;
+  std::unique_ptr<detail::softmax_totals, pinned_free> host_totals_;  // page-locked: the copy does not block
+  std::unique_ptr<CUevent_st, event_destroy> totals_ready_;           // after that copy
+  std::int64_t rows_ = 0;                                             // of the last forward
 };
 
 }  // namespace mimatrix::resnet::nn_cuda

@@ -1,7 +1,8 @@
 // One data-parallel training step on the GPU: the same model code (basic_resnet) over the GPU
-// layers, the gradients allreduced from device memory on the training stream as backward
+// layers, the gradients allreduced from device memory on a communication stream as backward
 // makes them (wait-free backpropagation, device_gradients.hpp), then the one-launch
-// optimizer; the host waits only for the loss. The CPU step is data_parallel.hpp.
+// optimizer; the host waits only for the loss, once the whole step is queued. The CPU step
+// is data_parallel.hpp.
 #pragma once
 
 #include "model/basic_resnet.hpp"
@@ -41,7 +42,8 @@ class device_data_parallel {
         ranks_(coll.comm().size()), loss_(ctx) {}
 
   /// One step on this rank's samples of a global batch of `global_batch`; the loss is the
-  /// global batch's mean. Returns after the loss is known; the rest runs on the stream.
+  /// global batch's mean. Queues the whole step, then waits for the loss only (the
+  /// forward pass): the backward pass, the allreduces and the optimizer run on.
   step_statistics step(const nn_cuda::device_tensor& images, std::span<const std::uint8_t> labels,
                        std::uint64_t global_batch, float lr) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -49,8 +51,7 @@ class device_data_parallel {
     step_statistics s;
     s.wait_measured = false;  // finish() only queues; the stream waits, not the host
     s.samples = logits.dim(0);
-    s.loss_sum = loss_.forward(logits, labels) * double(s.samples);
-    s.correct = loss_.correct();
+    loss_.queue_forward(logits, labels);
     nn_cuda::device_tensor grad = loss_.backward();  // mean over this rank's samples: rescale to the global
     nn_cuda::scale(ctx_, grad, float(s.samples) / float(global_batch));
     net_.backward(grad, [&](nn_cuda::parameter& p) {
@@ -58,6 +59,8 @@ class device_data_parallel {
     });
     if (ranks_ > 1) s.wait_ms = buckets_.finish();
     optimizer_.step(lr);
+    s.loss_sum = loss_.mean_loss() * double(s.samples);  // the only wait, with the step queued
+    s.correct = loss_.correct();
     s.compute_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() - s.wait_ms;
     return s;
