@@ -3,7 +3,7 @@
 //   MIMATRIX_JOB_SECRET=... job_server serve --port 29400 --workers 4 [--min 2] [--form-after-ms 5000]
 //                                            [--heartbeat-ms 2000] [--samples 60000] [--batch 256]
 //                                            [--http-port 9400 [--http-address 127.0.0.1]] [--state-file F]
-//                                            [--rebalance-ms 60000] [--cluster hosts.txt]
+//                                            [--rebalance-ms 60000] [--rebalance-confirmations 2] [--cluster hosts.txt]
 //   MIMATRIX_JOB_SECRET=... job_server status --port 29400 [--address 10.0.0.1]
 #include <boost/asio.hpp>
 
@@ -45,6 +45,7 @@ int serve(int argc, char** argv) {
     else if (a == "--state-file") s.state_file = value_after(i, argc, argv);
     else if (a == "--cluster") s.cluster = mimatrix::job::load_cluster(value_after(i, argc, argv));
     else if (a == "--rebalance-ms") s.rebalance_every = std::chrono::milliseconds(std::stol(value_after(i, argc, argv)));
+    else if (a == "--rebalance-confirmations") s.rebalance_confirmations = std::stoi(value_after(i, argc, argv));
     else throw std::runtime_error("job_server serve: unknown option " + a);
   }
   s.secret = mimatrix::job::load_secret(secret_file);

@@ -48,6 +48,9 @@ struct server_settings {
   /// by more than `rebalance_tolerance` has the generation re-formed. 0: never.
   std::chrono::milliseconds rebalance_every{0};
   double rebalance_tolerance = 0.15;
+  /// ...at this many checks in a row: one noisy measurement of a busy host (a neighbour's
+  /// load comes and goes) does not swing every batch back and forth.
+  int rebalance_confirmations = 2;
   /// The cluster, host by host in order: the switch each hangs off (load_cluster). Ranks
   /// then go switch by switch, host by host in this order, and assignments name each
   /// rank's switch, so workers can build BiGraph or hierarchical topologies. Empty: ranks
@@ -129,6 +132,17 @@ struct server_view {
   bool running = false;
   std::uint64_t generations_revoked = 0, workers_rejected = 0;
   std::vector<worker_view> workers;
+};
+
+/// Whether an imbalance seen at a check re-forms the generation: only once it has been
+/// seen at `needed` checks in a row (a balanced check starts the count again).
+struct imbalance_streak {
+  int needed = 1;
+  int seen = 0;
+  bool confirm(bool imbalanced) {
+    seen = imbalanced ? seen + 1 : 0;
+    return seen >= std::max(needed, 1);
+  }
 };
 
 /// @par Thread Safety
@@ -392,7 +406,7 @@ class job_server {
       maybe_form(now);
       if (running_ && settings_.rebalance_every.count() > 0 && now - formed_at_ >= settings_.rebalance_every) {
         formed_at_ = now;
-        if (const std::string why = imbalance(); !why.empty()) revoke_all(why);
+        if (const std::string why = imbalance(); imbalance_seen_.confirm(!why.empty())) revoke_all(why);
       }
       if (running_ && completed_step() != saved_step_ && now - saved_at_ > std::chrono::seconds(1)) {
         saved_at_ = now;
@@ -478,6 +492,7 @@ class job_server {
     }
     running_ = true;
     formed_at_ = clock::now();
+    imbalance_seen_ = imbalance_streak{settings_.rebalance_confirmations};
     first_waiting_.reset();
     log("generation " + std::to_string(generation_) + " formed: " + std::to_string(group.size()) + " ranks");
     save_state();
@@ -595,6 +610,7 @@ class job_server {
  private:
   asio::io_context& io_;
   server_settings settings_;
+  imbalance_streak imbalance_seen_{settings_.rebalance_confirmations};  // of the running generation
   tcp::acceptor acceptor_;
   asio::steady_timer tick_;
   std::vector<session_ptr> sessions_, members_;

@@ -367,6 +367,7 @@ TEST(job_server, a_throttled_worker_is_rebalanced_to_a_proportionally_smaller_ba
   settings.samples = 1000;
   settings.global_batch = 100;
   settings.rebalance_every = 300ms;
+  settings.rebalance_confirmations = 1;  // these 15 steps are over before a second check
   running_server s(settings);
   lone_worker slow(s.server.port(), {{"TARGET", "2"}, {"STEPS", "15"}, {"PER_SAMPLE_US", "600"}});
   const auto r = run_workers(1, s.server.port(), {{"TARGET", "2"}, {"STEPS", "15"}, {"PER_SAMPLE_US", "200"}});
@@ -378,6 +379,23 @@ TEST(job_server, a_throttled_worker_is_rebalanced_to_a_proportionally_smaller_ba
   EXPECT_NE(slow.output.find("DONE generation 2 size 2: 15 steps exact"), std::string::npos) << slow.output;
   EXPECT_NE(r.output[0].find(", batch 75, shard"), std::string::npos) << test::all_output(r);
   EXPECT_NE(r.output[0].find("DONE generation 2 size 2: 15 steps exact"), std::string::npos) << test::all_output(r);
+}
+
+// A measurement that swings at every check (a busy neighbour) does not re-form the
+// generation; an imbalance at two checks in a row does, and a balanced check in between
+// starts the count again.
+TEST(job_server, an_imbalance_re_forms_only_once_confirmed_at_checks_in_a_row) {
+  job::imbalance_streak two{2};
+  EXPECT_FALSE(two.confirm(true));
+  EXPECT_FALSE(two.confirm(false));
+  EXPECT_FALSE(two.confirm(true));
+  EXPECT_FALSE(two.confirm(false)) << "alternating checks never confirm";
+  EXPECT_FALSE(two.confirm(true));
+  EXPECT_TRUE(two.confirm(true));
+  job::imbalance_streak one{1};
+  EXPECT_TRUE(one.confirm(true));
+  EXPECT_FALSE(one.confirm(false));
+  EXPECT_EQ(job::server_settings{}.rebalance_confirmations, 2);
 }
 
 /// A raw connection that sends `bytes` (after reading the challenge) and reports whether
