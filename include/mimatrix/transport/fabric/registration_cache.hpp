@@ -42,14 +42,7 @@ class registration_cache {
   void* descriptor(const void* data, std::size_t bytes) {
     if (!required_ || bytes == 0) return nullptr;
     const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
-    auto it = entries_.upper_bound(begin);
-    if (it != entries_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->second.end >= end) {
-        ++hits_;
-        return fi_mr_desc(prev->second.mr);
-      }
-    }
+    if (void* known = find(begin, end)) return known;
     // Register whole pages: neighbouring buffers of one allocation then share an entry.
     constexpr std::uintptr_t page = 4096;
     const std::uintptr_t first = begin & ~(page - 1), last = (end + page - 1) & ~(page - 1);
@@ -58,12 +51,7 @@ class registration_cache {
     check_fabric_call(fi_mr_reg(domain_, reinterpret_cast<void*>(first), last - first, access_, 0,
                                 ++next_key_, 0, &mr, nullptr),
                       "fi_mr_reg", provider_);
-    ++registrations_;
-    // A grown buffer at a known address: the older, smaller registration may still be in
-    // use by an operation in flight, so it is retired, not closed.
-    if (auto old = entries_.find(first); old != entries_.end()) retired_.push_back(old->second.mr);
-    entries_.insert_or_assign(first, entry{last, mr});
-    return fi_mr_desc(mr);
+    return remember(first, last, mr);
   }
 
   /// The descriptor to pass with device memory [data, data + bytes) that the provider
@@ -72,12 +60,7 @@ class registration_cache {
   void* device_descriptor(const void* data, std::size_t bytes, device::network_memory where) {
     if (bytes == 0) return nullptr;
     const auto begin = reinterpret_cast<std::uintptr_t>(data), end = begin + bytes;
-    if (auto it = entries_.upper_bound(begin); it != entries_.begin()) {
-      if (auto prev = std::prev(it); prev->second.end >= end) {
-        ++hits_;
-        return fi_mr_desc(prev->second.mr);
-      }
-    }
+    if (void* known = find(begin, end)) return known;
     iovec region{const_cast<void*>(data), bytes};
     fi_mr_attr attr{};
     attr.mr_iov = &region;
@@ -88,10 +71,7 @@ class registration_cache {
     if (attr.iface == FI_HMEM_CUDA) attr.device.cuda = where.device;
     fid_mr* mr = nullptr;
     check_fabric_call(fi_mr_regattr(domain_, &attr, 0, &mr), "fi_mr_regattr (device memory)", provider_);
-    ++registrations_;
-    if (auto old = entries_.find(begin); old != entries_.end()) retired_.push_back(old->second.mr);
-    entries_.insert_or_assign(begin, entry{end, mr});
-    return fi_mr_desc(mr);
+    return remember(begin, end, mr);
   }
 
   std::size_t registrations() const { return registrations_; }
@@ -134,6 +114,24 @@ class registration_cache {
   }
 
  private:
+  /// The descriptor of a registration that covers [begin, end), counted as a hit; null if none.
+  void* find(std::uintptr_t begin, std::uintptr_t end) {
+    auto it = entries_.upper_bound(begin);
+    if (it == entries_.begin() || std::prev(it)->second.end < end) return nullptr;
+    ++hits_;
+    return fi_mr_desc(std::prev(it)->second.mr);
+  }
+
+  /// Keeps a new registration of [begin, end). A grown buffer at a known address: the
+  /// older, smaller registration may still be in use by an operation in flight, so it is
+  /// retired, not closed.
+  void* remember(std::uintptr_t begin, std::uintptr_t end, fid_mr* mr) {
+    ++registrations_;
+    if (auto old = entries_.find(begin); old != entries_.end()) retired_.push_back(old->second.mr);
+    entries_.insert_or_assign(begin, entry{end, mr});
+    return fi_mr_desc(mr);
+  }
+
   struct entry {
     std::uintptr_t end = 0;
     fid_mr* mr = nullptr;
