@@ -9,6 +9,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -123,6 +125,17 @@ class device_buffers {
     port_.copy(stream_, out_, out.data(), out.size());
     port_.synchronize(stream_);
   }
+  /// The mean time of `iters` copies of `bytes` from the input to the output buffer (the
+  /// sweep refills both before the next call).
+  double copy_seconds(std::size_t bytes, int iters) {
+    port_.copy(stream_, out_, in_, bytes);  // the first copy may set up what the device needs
+    port_.synchronize(stream_);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) port_.copy(stream_, out_, in_, bytes);
+    port_.synchronize(stream_);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / std::max(iters, 1);
+  }
+
   /// The device buffers' bytes back in the host copies.
   void give(std::vector<std::byte>& in, std::vector<std::byte>& out) {
     port_.copy(stream_, in.data(), in_, in.size());
@@ -228,6 +241,9 @@ class fabric_runner {
   }
 
   void barrier() { harness_.barrier(); }
+
+  /// -G: one device-to-device copy of `bytes` on this rank's device (report.hpp's limit).
+  double copy_seconds(std::size_t bytes, int iters) { return device_ ? device_->copy_seconds(bytes, iters) : -1; }
 
   double combine(double v, combine_op how) {
     const auto op = how == combine_op::sum ? reduce::op_kind::sum

@@ -71,6 +71,15 @@ concept runner = requires(R& r, R const& cr, shape const& s, bool in_place, doub
   { r.combine(v, how) } -> std::convertible_to<double>;
 };
 
+// Optional: a runner whose calls run on device buffers (-G) also times a device-to-device
+// copy on its device, which bounds an allreduce of ranks sharing that device (report.hpp:
+// the memory-traffic limit). copy_seconds(bytes, iters): the mean time of `iters` copies of
+// `bytes`, or a negative value where the buffers are host memory.
+template <class R>
+concept device_runner = runner<R> && requires(R& r, std::size_t bytes, int iters) {
+  { r.copy_seconds(bytes, iters) } -> std::convertible_to<double>;
+};
+
 // What a sweep found: identical on every rank (wrong counts are combined), rows filled on all.
 struct sweep_result {
   std::vector<row> rows;
@@ -98,6 +107,20 @@ double time_calls(R& r, options const& o) {
     case time_average::max: return r.combine(local, combine_op::max);
   }
   return local;
+}
+
+/// Rank 0's device-to-device copy time of `bytes`, measured while the others wait at a
+/// barrier, so that no call shares the device with it; negative without device buffers.
+template <runner R>
+double copy_time(R& r, options const& o, std::size_t bytes) {
+  if constexpr (device_runner<R>) {
+    r.barrier();
+    double const seconds = r.rank() == 0 ? r.copy_seconds(bytes, o.iters) : -1;
+    r.barrier();
+    return seconds;
+  } else {
+    return -1;
+  }
 }
 
 template <runner R>
@@ -136,6 +159,7 @@ sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = s
       wrong[placement] = detail::checked_call(r, o, s, in_place);
     }
     rep.add(s, times[0], wrong[0], times[1], wrong[1]);
+    if (info.coll == collective::allreduce && !o.device.empty()) rep.add_copy(detail::copy_time(r, o, s.bytes));
   }
   rep.footer();
   result.rows = rep.rows();

@@ -6,9 +6,12 @@
 // whose "device" blocks processes share (memfd), which the network reads as host memory
 // (FI_HMEM_SYSTEM), and whose kernels refuse host memory: exact results for every
 // two-sided algorithm and collective on late-running streams, ordered on the caller's
-// stream; one-sided GDRAA staged beside them; a buffer that cannot be shared fails every
+// stream; GDRAA's allreduce as one pass a rank over every rank's memory, with the least
+// traffic; its other collectives staged; a buffer that cannot be shared fails every
 // rank, naming it.
 #include "mimatrix/transport/fabric.hpp"
+
+#include <signal.h>
 
 #include <gtest/gtest.h>
 
@@ -53,26 +56,27 @@ MIMATRIX_SCENARIO(shared_collectives) {
   // receive landing there before it ran would be lost); only the stream is synchronized
   // before the result is read, by a consumer queued after the call.
   constexpr std::size_t n = 30'011;
+  const auto late_allreduce = [&](auto& c, const char* algo, bool in_place) {
+    device_array<std::int64_t> in(dev, n), out(dev, n);
+    std::vector<std::int64_t> seen;
+    dev.enqueue(s.handle, [&] {
+      std::this_thread::sleep_for(10ms);
+      for (std::size_t i = 0; i < n; ++i) in[i] = std::int64_t(i % 1000) * (r + 1);
+      if (!in_place)
+        for (std::size_t i = 0; i < n; ++i) out[i] = -1;
+    });
+    std::int64_t* dst = in_place ? in.data() : out.data();
+    auto pending = c.allreduce(in.data(), dst, n, dtype::int64, reduce::op_kind::sum, on(s, algo));
+    dev.enqueue(s.handle, [&] { seen.assign(dst, dst + n); });
+    dev.synchronize(s.handle);
+    pending.wait();
+    int bad = seen.size() != n;
+    for (std::size_t i = 0; i < n && !bad; ++i) bad += seen[i] != std::int64_t(i % 1000) * (p * (p + 1) / 2);
+    if (bad) std::printf("rank %d: %s%s wrong\n", r, algo, in_place ? " in place" : "");
+    return bad;
+  };
   for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
-    for (bool in_place : {true, false}) {
-      device_array<std::int64_t> in(dev, n), out(dev, n);
-      std::vector<std::int64_t> seen;
-      dev.enqueue(s.handle, [&] {
-        std::this_thread::sleep_for(10ms);
-        for (std::size_t i = 0; i < n; ++i) in[i] = std::int64_t(i % 1000) * (r + 1);
-        if (!in_place)
-          for (std::size_t i = 0; i < n; ++i) out[i] = -1;
-      });
-      std::int64_t* dst = in_place ? in.data() : out.data();
-      auto pending = coll.allreduce(in.data(), dst, n, dtype::int64, reduce::op_kind::sum, on(s, algo));
-      dev.enqueue(s.handle, [&] { seen.assign(dst, dst + n); });
-      dev.synchronize(s.handle);
-      pending.wait();
-      int bad = seen.size() != n;
-      for (std::size_t i = 0; i < n && !bad; ++i) bad += seen[i] != std::int64_t(i % 1000) * (p * (p + 1) / 2);
-      if (bad) std::printf("rank %d: %s%s wrong\n", r, algo, in_place ? " in place" : "");
-      wrong += bad;
-    }
+    for (bool in_place : {true, false}) wrong += late_allreduce(coll, algo, in_place);
 
   // Calls in flight one after another on the stream, none waited for in between (a
   // trainer's gradient buckets): each has a stream of its own for its landings.
@@ -138,15 +142,44 @@ MIMATRIX_SCENARIO(shared_collectives) {
     std::printf("rank %d: no peer's block was opened: the calls did not read peers' memory\n", r);
   wrong += provider_moves ? opened != 0 || host_copies != 0 : opened == 0;
 
-  // GDRAA writes one-sided into the RMA window: staged through host memory beside them.
+  // GDRAA's allreduce, where peers reach each other's memory, is one pass a rank over its
+  // shard of every rank's buffers (execution_direct.hpp): each rank's device work reads
+  // that shard of the p inputs and writes it into the p outputs, nothing more, and nothing
+  // goes through host memory. Without mailboxes (the provider moving device memory) its
+  // one-sided writes stage through host memory, as the other GDRAA collectives always do.
   collectives<fabric, topology::mesh> mesh(comm);
-  device_array<std::int64_t> written(dev, 5000);
-  for (std::size_t i = 0; i < written.size(); ++i) written[i] = std::int64_t(i) + r;
-  mesh.allreduce(written.data(), written.data(), written.size(), dtype::int64, reduce::op_kind::sum, on(s, "gdraa"))
-      .wait();
-  for (std::size_t i = 0; i < written.size(); ++i) wrong += written[i] != p * std::int64_t(i) + p * (p - 1) / 2;
-  wrong += dev.imported_blocks() != opened;
-  wrong += dev.host_copies() == host_copies;
+  const auto shard_bytes = [&](std::size_t count, std::size_t size) {
+    return (count / std::size_t(p) + (std::size_t(r) < count % std::size_t(p))) * size;
+  };
+  const auto direct_path = [&](std::size_t traffic, std::size_t copies, std::size_t shard, const char* what) {
+    const std::size_t made = dev.memory_traffic() - traffic, expected = 2 * std::size_t(p) * shard;
+    const bool direct = !provider_moves;
+    if (direct ? made == expected && dev.host_copies() == copies : dev.host_copies() > copies) return 0;
+    std::printf("rank %d: gdraa %s made %zu bytes of device memory traffic (%zu expected) and %zu copies through host "
+                "memory\n", r, what, made, direct ? expected : 0, dev.host_copies() - copies);
+    return 1;
+  };
+  for (bool in_place : {true, false}) {
+    const std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
+    wrong += late_allreduce(mesh, "gdraa", in_place);
+    wrong += direct_path(traffic, copies, shard_bytes(n, sizeof(std::int64_t)), in_place ? "in place" : "");
+  }
+  {  // avg: the division folds into the pass; fewer elements than ranks leave shards empty
+    for (std::size_t count : {std::size_t(1001), std::size_t(p - 1)}) {
+      device_array<float> mean(dev, count, float(r + 1));
+      const std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
+      mesh.allreduce(mean.data(), mean.data(), count, dtype::float32, reduce::op_kind::avg, on(s, "gdraa")).wait();
+      for (std::size_t i = 0; i < count; ++i) wrong += mean[i] != float(p + 1) / 2;
+      wrong += direct_path(traffic, copies, shard_bytes(count, sizeof(float)), "avg");
+    }
+  }
+  {
+    const std::size_t copies = dev.host_copies();
+    device_array<std::int32_t> mine(dev, 700, r), all(dev, 700 * std::size_t(p));
+    mesh.allgather(mine.data(), all.data(), 700, dtype::int32, on(s, "gdraa")).wait();
+    for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != std::int32_t(i / 700);
+    wrong += dev.host_copies() == copies;  // staged
+  }
 
   dev.free_stream(s.handle);
   if (wrong == 0) std::printf("rank %d: shared device calls exact\n", r);
@@ -190,6 +223,40 @@ MIMATRIX_SCENARIO(unregistrable_buffer) {
       {.lag = 0us, .device_memory_only = true, .network = {device::network_memory::interface::cuda, 0}}, false);
 }
 
+// GDRAA's allreduce on peers' memory: the last rank dies after it has told the others
+// where its buffers lie (sync 1) and before its pass has run (its stream lags). The
+// others' passes write into its memory, which stays mapped; their call fails within its
+// deadline, naming the dead rank, instead of waiting for sync 2; their stream goes on.
+MIMATRIX_SCENARIO(direct_peer_dies) {
+  communicator<fabric> comm;
+  const int p = comm.size(), r = comm.rank();
+  device::host_port dev({.lag = r == p - 1 ? 300ms : 0ms, .device_memory_only = true});
+  collectives<fabric, topology::mesh> mesh(comm);
+  const device::stream s{&dev, dev.make_stream()};
+  device_array<std::int32_t> data(dev, 4096, 1);
+  std::vector<std::int32_t> seen;
+  std::string what = "succeeded";
+  try {
+    mesh.allreduce(data.data(), data.data(), 4096, dtype::int32, reduce::op_kind::sum, on(s, "gdraa")).wait();
+    dev.synchronize(s.handle);  // the next call's input is ready at once: its sync 1 goes out at once
+    call_options bounded = on(s, "gdraa");
+    bounded.timeout = 3000ms;
+    auto pending = mesh.allreduce(data.data(), data.data(), 4096, dtype::int32, reduce::op_kind::sum, bounded);
+    if (r == p - 1) {
+      std::this_thread::sleep_for(150ms);  // sync 1 is out; the pass waits 600 ms behind two lags
+      ::kill(::getpid(), SIGKILL);
+    }
+    dev.enqueue(s.handle, [&] { seen.assign(data.data(), data.data() + 4); });
+    dev.synchronize(s.handle);  // returns: the failed call let the stream go
+    pending.wait();
+  } catch (const error& e) {
+    what = "CAUGHT " + e.code().message() + ": " + e.what();
+  }
+  dev.free_stream(s.handle);
+  std::printf("rank %d: %s (the stream went on: %s)\n", r, what.c_str(), seen.size() == 4 ? "yes" : "no");
+  return what != "succeeded" && seen.size() == 4 ? 0 : 1;
+}
+
 class device_sharing : public ::testing::TestWithParam<std::string> {};
 
 // The mailboxes carry where the data lies; tcp has them only when asked.
@@ -208,6 +275,16 @@ TEST_P(device_sharing, a_buffer_no_peer_can_open_fails_every_rank_and_is_named) 
   EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
   EXPECT_NE(result.output[1].find("cannot share its input buffer"), std::string::npos) << test::all_output(result);
   EXPECT_NE(result.output[1].find("rank 1"), std::string::npos) << test::all_output(result);
+}
+
+TEST_P(device_sharing, a_peer_dead_in_a_direct_gdraa_call_fails_the_others_in_time_naming_it) {
+  const auto result = test::run_ranks(3, GetParam(), "direct_peer_dies", mailboxes_on, 60s);
+  for (int r = 0; r < 2; ++r) {
+    const std::string& out = result.output[std::size_t(r)];
+    EXPECT_NE(out.find("CAUGHT"), std::string::npos) << test::all_output(result);
+    EXPECT_NE(out.find("rank 2"), std::string::npos) << test::all_output(result);
+    EXPECT_NE(out.find("the stream went on: yes"), std::string::npos) << test::all_output(result);
+  }
 }
 
 // Without mailboxes, a provider that moves device memory (FI_HMEM; shm grants it, for

@@ -207,6 +207,28 @@ class cuda_port final : public port {
                             bytes / sizeof(T), as_stream(s));
     });
   }
+  /// One kernel (reduce::cuda::reduce_many) for up to reduce::cuda::max_operands of each;
+  /// more are combined and copied (port's default).
+  void reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts, std::size_t ndst,
+                   const void* const* srcs, std::size_t nsrc, std::size_t bytes, int ranks) override {
+    constexpr auto most = std::size_t(reduce::cuda::max_operands);
+    if (ndst > most || nsrc > most) return port::reduce_many(s, k, dsts, ndst, srcs, nsrc, bytes, ranks);
+    if (!ndst || !nsrc || !bytes) return;
+    here();
+    if (!detail::process_peers().complete()) {
+      for (std::size_t d = 0; d < ndst; ++d) reachable(dsts[d], "reduce_many");
+      for (std::size_t i = 0; i < nsrc; ++i) reachable(srcs[i], "reduce_many");
+    }
+    detail::with_operation(k.type, k.op, [&](auto op) {
+      using T = typename decltype(op)::value_type;
+      reduce::cuda::many_operands<T> m;
+      m.destinations = int(ndst);
+      m.sources = int(nsrc);
+      for (std::size_t d = 0; d < ndst; ++d) m.dst[d] = static_cast<T*>(dsts[d]);
+      for (std::size_t i = 0; i < nsrc; ++i) m.src[i] = static_cast<const T*>(srcs[i]);
+      reduce::cuda::reduce_many(op, m, bytes / sizeof(T), ranks, as_stream(s));
+    });
+  }
   void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
     here();
     detail::with_operation(k.type, k.op, [&](auto op) {

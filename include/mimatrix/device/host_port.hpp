@@ -27,6 +27,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/device/port.hpp"
@@ -47,6 +48,9 @@ class host_port final : public port {
     /// How it names its memory to a network (tests: cuda, which a network without CUDA
     /// support refuses to register).
     network_memory network{network_memory::interface::system, 0};
+    /// reduce_many as one pass, as a GPU's kernel does; false: the port's default
+    /// (combines and copies), so that tests run that too.
+    bool reduce_many_in_one_pass = true;
   };
 
   host_port() : host_port(settings{}) {}
@@ -96,6 +100,7 @@ class host_port final : public port {
 
   void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override {
     if (bytes && (!on_device(dst, bytes) || !on_device(src, bytes))) ++host_copies_;
+    if (dst != src) traffic_ += 2 * bytes;
     enqueue(s, [=] {
       if (dst != src && bytes) std::memmove(dst, src, bytes);
     });
@@ -103,6 +108,7 @@ class host_port final : public port {
   void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
                std::size_t bytes) override {
     require_device({dst, a, b}, bytes, "combine");
+    traffic_ += 3 * bytes;
     enqueue(s, [&k, dst, a, b, bytes] {
       k.combine(static_cast<std::byte*>(dst), static_cast<const std::byte*>(a), static_cast<const std::byte*>(b),
                 bytes);
@@ -110,7 +116,28 @@ class host_port final : public port {
   }
   void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
     require_device({data}, bytes, "finalize");
+    if (k.op == reduce::op_kind::avg) traffic_ += 2 * bytes;  // a GPU runs no kernel for the others
     enqueue(s, [&k, data, bytes, ranks] { k.finalize(static_cast<std::byte*>(data), bytes, ranks); });
+  }
+  /// As one kernel would: each source read once, each destination written once.
+  void reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts, std::size_t ndst,
+                   const void* const* srcs, std::size_t nsrc, std::size_t bytes, int ranks) override {
+    if (!settings_.reduce_many_in_one_pass) return port::reduce_many(s, k, dsts, ndst, srcs, nsrc, bytes, ranks);
+    if (!ndst || !nsrc || !bytes) return;
+    for (std::size_t d = 0; d < ndst; ++d) require_device({dsts[d]}, bytes, "reduce_many");
+    for (std::size_t i = 0; i < nsrc; ++i) require_device({srcs[i]}, bytes, "reduce_many");
+    traffic_ += (ndst + nsrc) * bytes;
+    enqueue(s, [&k, to = std::vector<void*>(dsts, dsts + ndst), from = std::vector<const void*>(srcs, srcs + nsrc),
+                bytes, ranks] {
+      // Into dsts[0], which may only be srcs[0]; the others are written once every source is read.
+      auto* sum = static_cast<std::byte*>(to[0]);
+      const auto* first = static_cast<const std::byte*>(from[0]);
+      if (from.size() == 1) std::memmove(sum, first, bytes);
+      for (std::size_t i = 1; i < from.size(); ++i)
+        k.combine(sum, i == 1 ? first : sum, static_cast<const std::byte*>(from[i]), bytes);
+      k.finalize(sum, bytes, ranks);
+      for (std::size_t d = 1; d < to.size(); ++d) std::memcpy(to[d], sum, bytes);
+    });
   }
 
   event record(stream_handle handle) override {
@@ -247,6 +274,11 @@ class host_port final : public port {
   /// data moves device to device does not).
   std::size_t host_copies() const { return host_copies_; }
 
+  /// The bytes of device memory the work queued so far reads and writes, as a GPU's
+  /// kernels would: a copy 2 times its bytes, a combine 3, avg's finalize 2, reduce_many
+  /// its sources and destinations. A collective's memory traffic is its delta.
+  std::size_t memory_traffic() const { return traffic_; }
+
   /// Queues `work` on `s` as a kernel would be: a test's stand-in for the caller's own
   /// device work before and after a collective.
   void enqueue(stream_handle handle, std::function<void()> work) {
@@ -373,6 +405,7 @@ class host_port final : public port {
   block_map device_memory_;  // allocate_device and imported blocks by start
   std::map<std::pair<std::int64_t, std::uint64_t>, std::byte*> imported_;  // by (owner pid, id)
   std::atomic<std::size_t> host_copies_{0};
+  std::atomic<std::size_t> traffic_{0};
   static inline std::atomic<std::uint64_t> next_block_id_{0};  // process-wide: ids key imports
 };
 

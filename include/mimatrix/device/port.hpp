@@ -72,6 +72,14 @@ class port {
   /// data = op.finalize(data, ranks): avg's division, nothing for the other ops.
   virtual void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes,
                         int ranks) = 0;
+  /// Every dsts[d] = op.finalize(op(srcs[0], ..., srcs[n-1]), ranks) over `bytes`: one
+  /// pass that reads each source once and writes each destination once, as a rank
+  /// reducing its shard of every peer's buffer straight into every peer's output does
+  /// (2n times the bytes of traffic for n ranks). dsts[d] may be srcs[d] (in place,
+  /// element by element); nothing else overlaps. This default queues combines into
+  /// dsts[0] and copies from it: the same result, with more traffic.
+  virtual void reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts, std::size_t ndst,
+                           const void* const* srcs, std::size_t nsrc, std::size_t bytes, int ranks);
 
   /// An event that completes once the work queued on `s` so far is done.
   virtual event record(stream_handle s) = 0;
@@ -116,6 +124,15 @@ class port {
   virtual void* allocate_host(std::size_t bytes) { return ::operator new(bytes); }
   virtual void free_host(void* p, std::size_t /*bytes*/) noexcept { ::operator delete(p); }
 };
+
+inline void port::reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts, std::size_t ndst,
+                              const void* const* srcs, std::size_t nsrc, std::size_t bytes, int ranks) {
+  if (!ndst || !nsrc || !bytes) return;
+  if (nsrc == 1) copy(s, dsts[0], srcs[0], bytes);
+  for (std::size_t i = 1; i < nsrc; ++i) combine(s, k, dsts[0], i == 1 ? srcs[0] : dsts[0], srcs[i], bytes);
+  finalize(s, k, dsts[0], bytes, ranks);
+  for (std::size_t d = 1; d < ndst; ++d) copy(s, dsts[d], dsts[0], bytes);
+}
 
 inline shared_memory port::export_memory(const void*, std::size_t, std::size_t&) {
   throw error(errc::invalid_argument, "device::port " + std::string(name()) +

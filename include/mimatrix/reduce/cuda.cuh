@@ -25,6 +25,18 @@ struct launch_policy {
   int max_blocks = 4096;
 };
 
+/// The most sources and destinations one reduce_many takes: the ranks of a node.
+inline constexpr int max_operands = 8;
+
+/// reduce_many's operands, passed to the kernel by value.
+template <class T>
+struct many_operands {
+  T* dst[max_operands] = {};
+  const T* src[max_operands] = {};
+  int destinations = 0;
+  int sources = 0;
+};
+
 namespace detail {
 
 /// Bytes one thread moves per access when all pointers allow it: 128-bit loads and stores
@@ -71,6 +83,42 @@ __global__ void combine_kernel(Op op, typename Op::value_type* dst, const typena
   for (std::size_t i = done + first; i < n; i += stride) dst[i] = combine_one(op, a[i], b[i]);
 }
 
+/// Every dst[d][i] = finalize(op(src[0][i], ..., src[k-1][i])): each source read once,
+/// each destination written once, whole packs first when every pointer allows it.
+template <bool Packed, operation Op>
+__global__ void reduce_many_kernel(Op op, many_operands<typename Op::value_type> m, std::size_t n, int ranks) {
+  using T = typename Op::value_type;
+  const std::size_t first = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  const auto finalized = [&](T v) {
+    if constexpr (Op::kind == op_kind::avg) return narrow<T>(op.finalize(widen<T>(v), ranks));
+    else return v;
+  };
+  std::size_t done = 0;
+  if constexpr (Packed) {
+    using P = pack<T>;
+    const std::size_t packs = n / P::lanes;
+    for (std::size_t p = first; p < packs; p += stride) {
+      P acc = reinterpret_cast<const P*>(m.src[0])[p];
+      for (int s = 1; s < m.sources; ++s) {
+        const P x = reinterpret_cast<const P*>(m.src[s])[p];
+#pragma unroll
+        for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = combine_one(op, acc.lane[k], x.lane[k]);
+      }
+#pragma unroll
+      for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = finalized(acc.lane[k]);
+      for (int d = 0; d < m.destinations; ++d) reinterpret_cast<P*>(m.dst[d])[p] = acc;
+    }
+    done = packs * P::lanes;
+  }
+  for (std::size_t i = done + first; i < n; i += stride) {
+    T acc = m.src[0][i];
+    for (int s = 1; s < m.sources; ++s) acc = combine_one(op, acc, m.src[s][i]);
+    acc = finalized(acc);
+    for (int d = 0; d < m.destinations; ++d) m.dst[d][i] = acc;
+  }
+}
+
 template <operation Op>
 __global__ void finalize_kernel(Op op, typename Op::value_type* data, std::size_t n, int ranks) {
   using T = typename Op::value_type;
@@ -114,6 +162,25 @@ template <operation Op>
   }
 }
 
+template <operation Op>
+[[nodiscard]] cudaError_t launch_reduce_many(const Op& op, const many_operands<typename Op::value_type>& m,
+                                             std::size_t n, int ranks, cudaStream_t stream,
+                                             const launch_policy& policy) {
+  using T = typename Op::value_type;
+  if (n == 0) return cudaSuccess;
+  bool aligned = true;
+  for (int d = 0; d < m.destinations; ++d) aligned = aligned && pack_aligned<T>(m.dst[d]);
+  for (int s = 0; s < m.sources; ++s) aligned = aligned && pack_aligned<T>(m.src[s]);
+  const unsigned threads = static_cast<unsigned>(policy.threads_per_block);
+  if (aligned) {
+    const std::size_t items = n / pack<T>::lanes + n % pack<T>::lanes;
+    reduce_many_kernel<true><<<grid_size(items, policy), threads, 0, stream>>>(op, m, n, ranks);
+  } else {
+    reduce_many_kernel<false><<<grid_size(n, policy), threads, 0, stream>>>(op, m, n, ranks);
+  }
+  return cudaGetLastError();
+}
+
 /// "reduce::cuda::combine sum<float> of 1000 elements: cudaErrorInvalidConfiguration (...)".
 template <operation Op>
 std::string describe_failure(std::string_view kernel, std::size_t n, cudaError_t e) {
@@ -151,6 +218,22 @@ void combine(const Op& op, typename Op::value_type* dst, const typename Op::valu
              const typename Op::value_type* b, std::size_t n, cudaStream_t stream, std::error_code& ec) noexcept {
   ec = detail::launch_combine(op, dst, a, b, n, stream, launch_policy{}) == cudaSuccess ? std::error_code{}
                                                                                         : make_error_code(errc::cuda);
+}
+
+/// Every m.dst[d][i] = op.finalize(op(m.src[0][i], ..., m.src[k-1][i]), ranks) for i < n
+/// (avg's division; no finalize for the other ops), queued on `stream`: one pass over
+/// memory. m.dst[d] may be m.src[d]; nothing else overlaps. Throws
+/// mimatrix::error(errc::invalid_argument) for no operand or more than max_operands of
+/// either, else errors as for combine.
+template <operation Op>
+void reduce_many(const Op& op, const many_operands<typename Op::value_type>& m, std::size_t n, int ranks,
+                 cudaStream_t stream, const launch_policy& policy = {}) {
+  if (m.sources < 1 || m.sources > max_operands || m.destinations < 1 || m.destinations > max_operands)
+    throw error(errc::invalid_argument, "reduce::cuda::reduce_many takes 1 to " + std::to_string(max_operands) +
+                                            " sources and destinations, not " + std::to_string(m.sources) + " and " +
+                                            std::to_string(m.destinations));
+  if (const cudaError_t e = detail::launch_reduce_many(op, m, n, ranks, stream, policy); e != cudaSuccess)
+    throw error(errc::cuda, detail::describe_failure<Op>("reduce_many", n, e));
 }
 
 /// data[i] = op.finalize(data[i], ranks) on device memory (avg's division; nothing for the

@@ -93,6 +93,13 @@ class device_steps {
       port_.copy(own_, mem.write(st.dst), data, st.dst.bytes);
   }
 
+  /// Queues one pass that reduces `srcs` and writes the result to each of `dsts`
+  /// (device::port::reduce_many), finalized for the call's ranks.
+  void reduce_many(void* const* dsts, std::size_t ndst, const void* const* srcs, std::size_t nsrc,
+                   std::size_t bytes) {
+    port_.reduce_many(own_, kernels_, dsts, ndst, srcs, nsrc, bytes, ranks_);
+  }
+
   /// Queues a copy of `bytes` from `src` to `dst` (a one-sided write applied here).
   void copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
     if (bytes) port_.copy(own_, dst, src, bytes);

@@ -105,15 +105,18 @@ class step_executor : public execution {
 
   /// The call's buffers are device memory of `caller`'s port: its local steps and
   /// landings run on the rank's stream after `caller`'s earlier work and before its later
-  /// work, its scratch is device memory (device_steps.hpp), with `extra_bytes` more
-  /// behind the plan's (from scratch_end()) for the transport. Call before start().
-  void run_on_device(const device::stream& caller, device::rank_streams& resources, std::size_t extra_bytes = 0) {
-    device_ = std::make_unique<device_steps>(
-        caller, resources.take_stream(*caller.device), kernels_, plan_->desc.size,
-        resources.scratch(*caller.device, extra_bytes ? scratch_end() + extra_bytes : plan_->scratch_bytes));
+  /// work; its scratch is device memory (device_steps.hpp) with `extra_bytes` more behind
+  /// the plan's (scratch_end()) for the transport, or none without `with_scratch`. Call before start().
+  void run_on_device(const device::stream& caller, device::rank_streams& resources, std::size_t extra_bytes = 0,
+                     bool with_scratch = true) {
+    const std::size_t scratch = extra_bytes ? scratch_end() + extra_bytes : plan_->scratch_bytes;
+    device_ = std::make_unique<device_steps>(caller, resources.take_stream(*caller.device), kernels_, plan_->desc.size,
+                                             resources.scratch(*caller.device, with_scratch ? scratch : 0));
     mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
+  /// The device failed or refused this call's work: fails the call; false (not done).
+  [[gnu::cold]] bool device_failed(const error& e);
   /// Where the transport's part of the device scratch begins (run_on_device's extra).
   std::size_t scratch_end() const { return (plan_->scratch_bytes + 255) / 256 * 256; }
   /// The call's buffers are device memory of `caller`'s port, which this transport moves
@@ -189,8 +192,6 @@ class step_executor : public execution {
   void post_now(schedule::step_id id);
   /// post(), or deferred while a send or write would read device input still being made.
   posted try_post(schedule::step_id id);
-  /// The device failed or refused this call's work; false (the step is not done).
-  [[gnu::cold]] bool device_failed(const error& e);
   /// Ends the call's device work after a failure: what peers lent is let go of, and the
   /// caller's stream goes on.
   void settle_device_after_failure();

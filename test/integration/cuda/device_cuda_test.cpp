@@ -1,7 +1,8 @@
 // Collectives on GPU memory across processes sharing one GPU, through the CUDA port (issue
 // 13's GPU tests; skips where there is no GPU). Over shm the peers read each other's
 // device memory (CUDA IPC); with MIMATRIX_DEVICE_IPC=0, and over tcp, calls stage through
-// pinned host memory. Every algorithm, dtype and op, exact on small integers; a late
+// pinned host memory. Every algorithm (gdraa's allreduce over IPC as one pass a rank into
+// every peer's output), dtype and op, exact on small integers; a late
 // producer kernel before each call and a consumer copy after it, with only the stream
 // synchronized; reduce-scatter, allgather and broadcast; a rank that dies fails the
 // others' call, whose stream then goes on.
@@ -21,6 +22,7 @@
 
 #include "gpu_streams.hpp"
 #include "mimatrix/collectives.hpp"
+#include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "multi_process.hpp"
 #include "support/dtypes.hpp"
@@ -60,13 +62,14 @@ MIMATRIX_SCENARIO(cuda_collectives) {
   if (!dev) return std::printf("no GPU in a rank\n"), 1;
   communicator<fabric> comm;
   collectives<fabric> coll(comm);
+  collectives<fabric, topology::mesh> mesh(comm);  // gdraa: one pass a rank over the peers' memory (IPC)
   const int p = comm.size(), r = comm.rank();
   const device::stream s{dev, dev->make_stream()};
   constexpr std::size_t n = 4099;
   gpu_buffer buf(*dev, n * sizeof(double) * 4);
   int wrong = 0;
 
-  for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
+  for (const std::string algo : {"ring", "recursive_doubling", "halving_doubling", "gdraa"})
     for (const dtype t : test::all_dtypes)
       for (const reduce::op_kind op : all_ops)
         test::with_dtype(t, [&](auto tag) {
@@ -77,7 +80,8 @@ MIMATRIX_SCENARIO(cuda_collectives) {
           // the call; only the stream is synchronized.
           test::gpu::hold_stream(s.handle, 2000);
           dev->copy(s.handle, buf.device, h, n * sizeof(T));
-          auto pending = coll.allreduce(buf.device, buf.device, n, t, op, on(s, algo));
+          auto pending = algo == "gdraa" ? mesh.allreduce(buf.device, buf.device, n, t, op, on(s, algo))
+                                         : coll.allreduce(buf.device, buf.device, n, t, op, on(s, algo));
           dev->copy(s.handle, h, buf.device, n * sizeof(T));
           dev->synchronize(s.handle);
           pending.wait();
@@ -86,7 +90,7 @@ MIMATRIX_SCENARIO(cuda_collectives) {
             const double exact = test::reduced_small_values(op, p, i, std::is_integral_v<T>);
             const double want = std::is_same_v<T, double> ? exact : test::to_double(T(static_cast<float>(exact)));
             if (test::to_double(h[i]) == want) continue;
-            std::printf("rank %d: %s %s %s: element %zu is %g, expected %g\n", r, algo, std::string(to_string(t)).c_str(),
+            std::printf("rank %d: %s %s %s: element %zu is %g, expected %g\n", r, algo.c_str(), std::string(to_string(t)).c_str(),
                         std::string(reduce::to_string(op)).c_str(), i, test::to_double(h[i]), want);
             ++wrong;
             break;

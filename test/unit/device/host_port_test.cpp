@@ -1,6 +1,7 @@
 // device::host_port: streams run their work in order and apart from the caller, events
 // say when work is done, a stream can wait for another's event, a gate holds a stream
-// until it is opened from another stream, and device memory is shared between processes.
+// until it is opened from another stream, reduce_many reduces into many destinations at
+// once, and device memory is shared between processes.
 #include "mimatrix/device/host_port.hpp"
 
 #include <gtest/gtest.h>
@@ -48,6 +49,31 @@ TEST(host_port, copy_combine_and_finalize_run_on_the_stream) {
   dev.synchronize(s);
   EXPECT_EQ(c, (std::vector<std::int32_t>{1, 2, 3}));
   dev.free_stream(s);
+}
+
+// Every destination gets the finalized fold of every source, in place where a destination
+// is its own source: as one pass, whose traffic is one read of each source and one write
+// of each destination, and as the port's default combines and copies, which move more.
+TEST(host_port, reduce_many_writes_the_reduction_of_every_source_into_every_destination) {
+  for (bool one_pass : {true, false}) {
+    host_port dev({.lag = 1ms, .device_memory_only = false, .network = {}, .reduce_many_in_one_pass = one_pass});
+    stream_handle s = dev.make_stream();
+    std::vector<std::int32_t> a{3, 6, -9}, b{30, 60, 90}, c{300, 600, 900}, out(3, -1);
+    const auto& avg = reduce::host_kernels_for(dtype::int32, reduce::op_kind::avg);
+    void* dsts[] = {a.data(), out.data(), c.data()};
+    const void* srcs[] = {a.data(), b.data(), c.data()};
+    const std::size_t bytes = 3 * sizeof(std::int32_t), before = dev.memory_traffic();
+    dev.reduce_many(s, avg, dsts, 3, srcs, 3, bytes, 3);
+    EXPECT_EQ(out, (std::vector<std::int32_t>(3, -1))) << "ran before the stream reached it";
+    dev.synchronize(s);
+    const std::vector<std::int32_t> mean{111, 222, 327};
+    EXPECT_EQ(a, mean);
+    EXPECT_EQ(out, mean);
+    EXPECT_EQ(c, mean);
+    // One pass: 3 reads and 3 writes. Default: 2 combines (3 each), avg's finalize (2), 2 copies (2 each).
+    EXPECT_EQ(dev.memory_traffic() - before, (one_pass ? 6 : 12) * bytes);
+    dev.free_stream(s);
+  }
 }
 
 TEST(host_port, a_stream_waits_for_another_streams_event) {

@@ -1,11 +1,12 @@
-// Tests of reduce/cuda.cuh: the device kernels equal cpu.hpp's results bit for bit, for every
-// dtype x op, size, alignment and aliasing. Skips where no CUDA device is present.
+// Tests of reduce/cuda.cuh: the device kernels (combine, finalize, reduce_many) equal
+// cpu.hpp's results bit for bit, for every dtype x op, size, alignment and aliasing. Skips where no CUDA device is present.
 #include "mimatrix/reduce/cuda.cuh"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,6 +108,53 @@ TYPED_TEST(cuda_kernel_test, finalize_equals_cpu) {
       for (std::size_t i = 0; i < n; ++i)
         ASSERT_TRUE(same_result(got[i], data[i])) << "n " << n << ", ranks " << ranks << ", i " << i;
     }
+}
+
+// One pass over 1 to 8 sources into as many destinations, each its own source or apart:
+// every destination equals the CPU's fold of the sources in order, then finalized.
+TYPED_TEST(cuda_kernel_test, reduce_many_equals_cpu) {
+  using T = typename TypeParam::value_type;
+  const TypeParam op;
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> sizes(std::begin(reduce::test::sizes), std::end(reduce::test::sizes));
+  sizes.push_back((std::size_t{1} << 20) + 3);
+  for (std::size_t n : sizes)
+    for (int ranks : {1, 2, 3, 8})
+      for (std::size_t offset : {0, 1})
+        for (bool in_place : {true, false}) {
+          std::vector<std::vector<T>> inputs;
+          std::vector<T> expected(n);
+          for (int r = 0; r < ranks; ++r) {
+            inputs.push_back(reduce::test::random_elements<T>(rng, n, false));
+            if (r == 0) expected = inputs[0];
+            else reduce::cpu::combine(op, expected.data(), expected.data(), inputs.back().data(), n);
+          }
+          reduce::cpu::finalize(op, expected.data(), n, ranks);
+          std::vector<std::unique_ptr<device_array<T>>> sources, apart;
+          reduce::cuda::many_operands<T> m;
+          m.sources = m.destinations = ranks;
+          for (int r = 0; r < ranks; ++r) {
+            sources.push_back(std::make_unique<device_array<T>>(n));
+            apart.push_back(std::make_unique<device_array<T>>(n));
+            ASSERT_TRUE(sources.back()->data && apart.back()->data);
+            m.src[r] = sources.back()->data + offset;
+            m.dst[r] = in_place ? sources.back()->data + offset : apart.back()->data + offset;
+            CHECK_CUDA(cudaMemcpy(sources.back()->data + offset, inputs[std::size_t(r)].data(), n * sizeof(T),
+                                  cudaMemcpyHostToDevice));
+          }
+          reduce::cuda::reduce_many(op, m, n, ranks, this->stream_);
+          CHECK_CUDA(cudaStreamSynchronize(this->stream_));
+          for (int r = 0; r < ranks; ++r) {
+            std::vector<T> got(n);
+            CHECK_CUDA(cudaMemcpy(got.data(), m.dst[r], n * sizeof(T), cudaMemcpyDeviceToHost));
+            for (std::size_t i = 0; i < n; ++i)
+              ASSERT_TRUE(same_result(got[i], expected[i]))
+                  << "n " << n << ", ranks " << ranks << ", offset " << offset << ", in place " << in_place
+                  << ", destination " << r << ", i " << i;
+          }
+        }
 }
 
 TYPED_TEST(cuda_kernel_test, a_failed_launch_names_the_cuda_error) {

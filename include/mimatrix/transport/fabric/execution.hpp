@@ -8,9 +8,9 @@
 // This file declares the class, with its set-up and the executor's hooks; the paths are
 // defined by idea in execution_messages.hpp (tagged messages and staging),
 // execution_rings.hpp (mailboxes and bulk rings), execution_one_sided.hpp (RMA writes
-// and flags), execution_shared.hpp (device memory read by peers on this host) and
-// execution_device_memory.hpp (device memory the provider moves: FI_HMEM), included at
-// the end.
+// and flags), execution_shared.hpp (device memory read by peers on this host),
+// execution_device_memory.hpp (device memory the provider moves: FI_HMEM) and
+// execution_direct.hpp (GDRAA's allreduce on peers' device memory), included at the end.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -58,6 +58,7 @@ class execution final : public step_executor, private call {
         user_output_(output) {
     mem_ = {input, output, nullptr};
     shared_ = caller && shares_device_memory(*caller->device);
+    direct_ = caller && !shared_ && writes_peers_directly(*caller->device);
     const auto& steps = this->plan().steps;
     const std::size_t n = steps.size();
     state_.assign(n, step_state{});
@@ -85,13 +86,17 @@ class execution final : public step_executor, private call {
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
     }
-    hmem_ = caller && !shared_ && !one_sided_ && !any_box && ep_->moves_device_memory() &&
+    if (direct_) one_sided_ = false;  // its writes and waits run as reads and writes of peers' memory
+    hmem_ = caller && !shared_ && !direct_ && !one_sided_ && !any_box && ep_->moves_device_memory() &&
             caller->device->network().iface != device::network_memory::interface::none;
     if (hmem_) {
       port_memory_ = caller->device->network();
       slot_bytes = stage_every_receive();
     } else if (shared_) {  // device buffers that peers read directly
       run_on_device(*caller, *resources);
+    } else if (direct_) {  // GDRAA's allreduce straight on the peers' device memory
+      run_on_device(*caller, *resources, 0, /*with_scratch=*/false);
+      prepare_direct();
     } else if (caller) {  // device buffers the provider cannot move: the call runs on host copies
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, *resources, input, output, !one_sided_);
@@ -120,16 +125,16 @@ class execution final : public step_executor, private call {
     }
     if (one_sided_)
       use_window();
-    else if (!shared_ && !hmem_)
+    else if (!shared_ && !hmem_ && !direct_)
       mem_.scratch = ws_->scratch.reserve(this->plan().scratch_bytes);
-    if (!shared_) register_whole_buffers();
+    if (!shared_ && !direct_) register_whole_buffers();
     if (const fabric::failure* d = ep_->disabled())
       fail(d->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + d->message);
     else if (const fabric::failure* a = ep_->aborted())
       abandon(a->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + a->message);
     else if (auto f = ep_->failure(sig.sequence))
       fail_from(f->code, f->message);
-    else if (shared_ && !export_buffers(*caller->device)) {
+    else if ((shared_ || direct_) && !export_buffers(*caller->device)) {
       // failed, saying why
     } else if (hmem_ && !register_device_buffers()) {
       // failed, saying why
@@ -167,12 +172,16 @@ class execution final : public step_executor, private call {
       changed |= send_reads();
       changed |= take_reads();
     }
+    if (direct_) changed |= take_direct();
     if (!polls_.empty() && !finished()) changed |= poll_mailboxes();
     return changed;
   }
 
   /// Posts a send, receive, write or notify.
   posted post(schedule::step_id id) override;
+
+  /// GDRAA's local steps on peers' device memory (run_direct()); the executor's otherwise.
+  bool run_local(schedule::step_id id) override { return direct_ ? run_direct(id) : step_executor::run_local(id); }
 
   /// What a libfabric post's return means for the step.
   posted posted_as(schedule::step_id id, posted_op* r, const char* call, ssize_t ret);
@@ -238,42 +247,7 @@ class execution final : public step_executor, private call {
 
   /// Cancels the receives still posted (a late message must not land in the caller's
   /// buffers), waits briefly for the provider to let go, and tells the others.
-  void on_failure(errc code, bool tell_others) override {
-    // This call's messages still waiting would only fill the rings.
-    const std::uint64_t mine = wire::data_tag(0, sig().sequence, 0) & call_bits;
-    each_box([&](local_mailboxes& box) {
-      box.discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
-    });
-    for (auto& s : state_) {
-      if (!s.request) continue;
-      if (ep_->ep()) fi_cancel(&ep_->ep()->fid, &s.request->ctx);
-      ep_->orphan(s.request);
-      s.request = nullptr;
-      --in_flight_;
-    }
-    const auto until = clock::now() + std::chrono::milliseconds(200);
-    while (ep_->orphans() && clock::now() < until)
-      if (!ep_->progress()) std::this_thread::yield();
-    if (tell_others) ep_->announce_failure(sig().sequence, code, message());
-    // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
-    // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
-    if (ep_->orphans())
-      ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
-                             to_string(sig()) + " failed with transfers the provider could not cancel (" +
-                             message() + "); create a new communicator");
-    else if ((code == errc::mismatch || connection_lost_) && ep_->provider() != "shm")
-      // A message longer than its receive makes tcp;ofi_rxm drop that connection, and not
-      // every rank learns which: a rank whose send met the dropped connection sees only a
-      // lost peer. Every rank stops alike, so none can succeed at a later call that
-      // another fails (the rxm providers are alike; shm truncates harmlessly).
-      ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
-                                      to_string(sig()) + " failed (" + message() + "): " + ep_->provider() +
-                                      (code == errc::mismatch ? " drops a connection that carried a message longer "
-                                                                "than the receive posted for it"
-                                                              : " dropped a connection to a peer") +
-                                      "; create a new communicator");
-    give_back_memory();
-  }
+  void on_failure(errc code, bool tell_others) override;
 
   // ---- mailboxes, messages between ranks on this host (execution_rings.hpp) ----------
 
@@ -353,9 +327,14 @@ class execution final : public step_executor, private call {
     std::uint64_t bytes;
   };
 
-  /// Whether this call's device buffers are read by its peers directly: the port shares
-  /// memory, MIMATRIX_DEVICE_IPC allows it, every peer is on this host with a mailbox,
-  /// and the schedule has no one-sided step (those stage through host memory).
+  /// Whether peers may reach this call's device memory: the port shares memory,
+  /// MIMATRIX_DEVICE_IPC allows it, and every peer is on this host with a mailbox that
+  /// carries `message_bytes`.
+  bool reaches_peers_device_memory(device::port& port, std::size_t message_bytes) const;
+
+  /// Whether this call's device buffers are read by its peers directly: they are reached,
+  /// and the schedule has no one-sided step (GDRAA's allreduce runs as writes_peers_directly;
+  /// the others stage through host memory).
   bool shares_device_memory(device::port& port) const;
 
   /// Exports the call's buffers once; false (the call failed, saying why) where the port
@@ -376,6 +355,28 @@ class execution final : public step_executor, private call {
 
   /// The sends whose receivers have read them are done; true if any.
   bool take_reads();
+
+  // ---- GDRAA's allreduce on peers' device memory (execution_direct.hpp) -------------
+
+  /// Whether this call is GDRAA's allreduce on device memory that its peers reach: it
+  /// then runs as one pass a rank, reading its shard of every input where it lies and
+  /// writing the sum into every output, between GDRAA's two synchronizations.
+  bool writes_peers_directly(device::port& port) const;
+
+  /// Sizes the peers' tables, and finds the tags of the two synchronizations and this
+  /// rank's shard from the schedule.
+  void prepare_direct();
+
+  /// A write of sync 1 tells its target where the target's shard lies in this rank's
+  /// input and output; a write of sync 2, that this rank's pass over the target's memory
+  /// has run.
+  posted post_direct(schedule::step_id id);
+
+  /// The copy and the finalize fold into reduce_slots' one pass over every rank's shard.
+  bool run_direct(schedule::step_id id);
+
+  /// Takes each peer's synchronizations in order, opening its blocks and raising flags.
+  bool take_direct();
 
   // ---- completions, from the endpoint's progress (execution_messages.hpp) -------------
 
@@ -438,6 +439,16 @@ class execution final : public step_executor, private call {
   std::uint64_t packed_;
   bool shared_ = false;             // device buffers read by peers directly (execution_shared.hpp)
   bool hmem_ = false;               // device buffers the provider moves itself (FI_HMEM)
+  bool direct_ = false;             // GDRAA's allreduce on peers' device memory (execution_direct.hpp)
+  struct {
+    std::uint32_t tags[2] = {};        // of sync 1 and sync 2
+    schedule::step_id waits[2] = {};   // the waits for them
+    std::size_t shard_offset = 0;      // this rank's shard, in its input and output
+    std::size_t shard_bytes = 0;
+    std::vector<const void*> inputs;   // by rank: its shard of its input, as this process reaches it
+    std::vector<void*> outputs;        // ... and of its output
+    std::vector<std::uint8_t> taken;   // by peer: the synchronizations taken (0 to 2)
+  } direct_state_;
   device::network_memory port_memory_{};  // how the provider names them, when hmem_
   device::port* port_ = nullptr;     // their port, when shared_
   std::array<shared_region, 3> exported_{};  // by schedule::buffer: the call's buffers as peers open them
@@ -484,3 +495,4 @@ class execution final : public step_executor, private call {
 #include "mimatrix/transport/fabric/execution_rings.hpp"
 #include "mimatrix/transport/fabric/execution_shared.hpp"
 #include "mimatrix/transport/fabric/execution_device_memory.hpp"
+#include "mimatrix/transport/fabric/execution_direct.hpp"

@@ -24,9 +24,46 @@
 
 namespace mimatrix::transport::detail::fabric {
 
+inline void execution::on_failure(errc code, bool tell_others) {
+  // This call's messages still waiting would only fill the rings.
+  const std::uint64_t mine = wire::data_tag(0, sig().sequence, 0) & call_bits;
+  each_box([&](local_mailboxes& box) {
+    box.discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
+  });
+  for (auto& s : state_) {
+    if (!s.request) continue;
+    if (ep_->ep()) fi_cancel(&ep_->ep()->fid, &s.request->ctx);
+    ep_->orphan(s.request);
+    s.request = nullptr;
+    --in_flight_;
+  }
+  const auto until = clock::now() + std::chrono::milliseconds(200);
+  while (ep_->orphans() && clock::now() < until)
+    if (!ep_->progress()) std::this_thread::yield();
+  if (tell_others) ep_->announce_failure(sig().sequence, code, message());
+  // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
+  // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
+  if (ep_->orphans())
+    ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
+                           to_string(sig()) + " failed with transfers the provider could not cancel (" +
+                           message() + "); create a new communicator");
+  else if ((code == errc::mismatch || connection_lost_) && ep_->provider() != "shm")
+    // A message longer than its receive makes tcp;ofi_rxm drop that connection, and not
+    // every rank learns which: a rank whose send met the dropped connection sees only a
+    // lost peer. Every rank stops alike, so none can succeed at a later call that
+    // another fails (the rxm providers are alike; shm truncates harmlessly).
+    ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
+                                    to_string(sig()) + " failed (" + message() + "): " + ep_->provider() +
+                                    (code == errc::mismatch ? " drops a connection that carried a message longer "
+                                                              "than the receive posted for it"
+                                                            : " dropped a connection to a peer") +
+                                    "; create a new communicator");
+  give_back_memory();
+}
+
 inline execution::posted execution::post(schedule::step_id id) {
   const schedule::step& st = step_at(id);
-  if (schedule::is_one_sided(st.kind)) return post_write(id);
+  if (schedule::is_one_sided(st.kind)) return direct_ ? post_direct(id) : post_write(id);
   if (local_mailboxes* box = state_[id].box) {
     if (st.kind != kind::send) return poll_later(id);
     if (shared_) return post_shared(id);
