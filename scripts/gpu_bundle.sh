@@ -41,14 +41,18 @@ done | sort -u | while read -r name path; do
   [[ $name =~ $system ]] || cp -L "$path" "$out/lib/$name"
 done
 
-# Symbols are not needed there, and the carry limit is 64 MiB.
+# Symbols are not needed there, and the carry limit is 64 MiB: the libraries (oneDNN's is
+# 40 MB) travel as a tarball that run.sh unpacks.
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*
+tar -C "$out" -czf "$out/lib.tar.gz" lib
+rm -rf "$out/lib"
 
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root or anywhere; each step's output goes to
 # results/<step>.txt beside this script, and a summary line a step to stdout.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[ -d "$here/lib" ] || tar -C "$here" -xzf "$here/lib.tar.gz"
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$here/results"
 step() {

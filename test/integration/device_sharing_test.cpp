@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -228,9 +229,11 @@ MIMATRIX_SCENARIO(unregistrable_buffer) {
 // others' passes write into its memory, which stays mapped; their call fails within its
 // deadline, naming the dead rank, instead of waiting for sync 2; their stream goes on.
 MIMATRIX_SCENARIO(direct_peer_dies) {
+  std::optional<device::host_port> port;  // made once the rank is known, and outlives the communicator
   communicator<fabric> comm;
   const int p = comm.size(), r = comm.rank();
-  device::host_port dev({.lag = r == p - 1 ? 300ms : 0ms, .device_memory_only = true});
+  device::host_port& dev = port.emplace(device::host_port::settings{.lag = r == p - 1 ? 300ms : 0ms,
+                                                                    .device_memory_only = true});
   collectives<fabric, topology::mesh> mesh(comm);
   const device::stream s{&dev, dev.make_stream()};
   device_array<std::int32_t> data(dev, 4096, 1);
