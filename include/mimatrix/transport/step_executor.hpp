@@ -23,6 +23,7 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/device_steps.hpp"
+#include "mimatrix/transport/direct_allreduce.hpp"
 #include "mimatrix/transport/host_staging.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"
@@ -115,6 +116,9 @@ class step_executor : public execution {
     mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
+  /// The call is GDRAA's allreduce on device memory every rank reaches: its local steps
+  /// run as `d` says; the transport carries its two synchronizations (direct_allreduce.hpp).
+  void run_directly(direct_allreduce& d) { direct_ = &d; }
   /// The device failed or refused this call's work: fails the call; false (not done).
   [[gnu::cold]] bool device_failed(const error& e);
   /// Where the transport's part of the device scratch begins (run_on_device's extra).
@@ -209,6 +213,7 @@ class step_executor : public execution {
   std::unique_ptr<step_bookkeeping> book_;
   std::size_t completed_ = 0;
   std::unique_ptr<device_steps> device_;
+  direct_allreduce* direct_ = nullptr;  // run_directly()
   std::unique_ptr<host_staging> staging_;
   const reduce::host_kernels& kernels_;
   int last_peer_ = -1;      // of the last receive done
@@ -431,55 +436,6 @@ inline void step_executor::arrive(schedule::step_id id, const std::byte* data) {
     book_->steps[id].arrived = true;
 }
 
-inline bool step_executor::run_local(schedule::step_id id) {
-  if (!device_) {
-    run_local_step(kernels_, step_at(id), mem_, plan_->desc.size);
-    return true;
-  }
-  try {
-    device_->run_local(step_at(id), mem_);
-  } catch (const error& e) {  // a progress thread must not throw
-    return device_failed(e);
-  }
-  if (device_steps::feeds_stream_only(*plan_, id)) return true;
-  device_->then([this, id] {
-    if (!finished()) complete(id);
-  });
-  return false;
-}
-
-inline bool step_executor::land(schedule::step_id id, const std::byte* data) {
-  const schedule::step& st = step_at(id);
-  if (!data) return true;
-  if (device_) {
-    try {
-      device_->land(st, mem_, data);
-    } catch (const error& e) {  // the transport's on_failure lets go of the peer's data
-      return device_failed(e);
-    }
-    device_->then([this, id] {
-      consumed(id);
-      if (!finished()) complete(id);
-    });
-    return false;
-  }
-  if (st.kind == schedule::step_kind::recv_reduce)
-    kernels_.combine(mem_.write(st.dst), mem_.read(st.src), data, st.dst.bytes);
-  else if (st.dst.bytes)
-    std::memcpy(mem_.write(st.dst), data, st.dst.bytes);
-  return true;
-}
-
-inline void step_executor::consume(schedule::step_id id, const std::byte* data) {
-  book_->steps[id].arrived = false;
-  if (!land(id, data)) {
-    book_->steps[id].posted = true;  // the transport completes it
-    return;
-  }
-  consumed(id);
-  complete(id);
-}
-
 inline void step_executor::raise_flag(std::uint32_t tag, int writer) {
   book_->flag_sources.emplace_back(tag, writer);
   if (tag >= book_->flags.size()) return;  // no wait of this rank's counts it
@@ -498,3 +454,4 @@ inline void step_executor::raise_flag(std::uint32_t tag, int writer) {
 }  // namespace mimatrix::transport
 
 #include "mimatrix/transport/detail/step_failure.hpp"
+#include "mimatrix/transport/detail/step_local_work.hpp"

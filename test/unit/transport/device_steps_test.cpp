@@ -3,7 +3,8 @@
 // "device" buffers whose streams run late, with every combine in device memory (a kernel
 // cannot read host memory; the port refuses it as a GPU would fault); NCCL's stream order (the call waits for the
 // work queued before it, and the work queued after it sees its result) with no host
-// wait; and a failed call that ends its stream's wait instead of hanging it.
+// wait; GDRAA's allreduce as one pass a rank, with the least memory traffic; and a failed
+// call that ends its stream's wait instead of hanging it.
 #include "mimatrix/transport/device_steps.hpp"
 
 #include <gtest/gtest.h>
@@ -90,6 +91,41 @@ TEST(device_steps, every_algorithm_is_exact_on_device_buffers) {
   }
   expect_exact_allreduce(4, topology::hierarchical<>(2), "hierarchical", dtype::int32, sum, 1000, false, 10us);
   expect_exact_allreduce(6, topology::hierarchical<>(3), "hierarchical", dtype::float32, sum, 999, true, 10us);
+}
+
+/// The device memory traffic of an int64 sum allreduce of `n` elements on `p` ranks
+/// sharing one host "device", all ranks together; checks the result.
+template <class Topology>
+std::size_t allreduce_traffic(int p, Topology topo, const std::string& algorithm, std::size_t n, bool in_place) {
+  device::host_port dev(late(5us));
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc, Topology> coll(comm, topo);
+    const device::stream_handle s = dev.make_stream();
+    device_array<std::int64_t> in(dev, n), out(dev, n, -1);
+    for (std::size_t i = 0; i < n; ++i) in[i] = test::small_value(r, i);
+    std::int64_t* dst = in_place ? in.data() : out.data();
+    coll.allreduce(in.data(), dst, n, dtype::int64, reduce::op_kind::sum, on(dev, s, algorithm)).wait();
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(dst[i], test::reduced_small_values(reduce::op_kind::sum, p, i, true)) << algorithm << ", " << i;
+    dev.free_stream(s);
+  });
+  return dev.memory_traffic();
+}
+
+// GDRAA's allreduce on device memory that every rank reaches runs as one pass a rank
+// (direct_allreduce.hpp): the ranks' work reads each input once and writes each output
+// once, 2p buffers in all, where the ring makes more; fewer elements than ranks leave
+// shards empty.
+TEST(device_steps, gdraa_makes_the_least_memory_traffic_on_device_buffers) {
+  for (int p : {2, 3, 8})
+    for (std::size_t n : {std::size_t(4099), std::size_t(5)})
+      for (bool in_place : {false, true}) {
+        const std::size_t buffer = n * sizeof(std::int64_t);
+        const std::size_t direct = allreduce_traffic(p, topology::mesh{}, "gdraa", n, in_place);
+        EXPECT_EQ(direct, 2 * std::size_t(p) * buffer) << p << " ranks, " << n << (in_place ? ", in place" : "");
+        EXPECT_GT(allreduce_traffic(p, topology::ring{}, "ring", n, in_place), direct) << p << " ranks, " << n;
+      }
 }
 
 TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_buffers) {

@@ -42,6 +42,7 @@ struct posted_send {
   const std::byte* data = nullptr;
   std::size_t bytes = 0;
   schedule::region dst{};  // write only: in the target's buffers
+  std::byte* out = nullptr;  // sync 1 of a direct allreduce: where the target's shard lies in the writer's output
   const signature* sig = nullptr;
   std::atomic<bool> done{false};
 };

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -39,6 +40,7 @@
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
+#include "mimatrix/transport/direct_allreduce.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::detail::fabric {
@@ -58,7 +60,7 @@ class execution final : public step_executor, private call {
         user_output_(output) {
     mem_ = {input, output, nullptr};
     shared_ = caller && shares_device_memory(*caller->device);
-    direct_ = caller && !shared_ && writes_peers_directly(*caller->device);
+    if (caller && !shared_ && writes_peers_directly(*caller->device)) direct_.emplace(this->plan());
     const auto& steps = this->plan().steps;
     const std::size_t n = steps.size();
     state_.assign(n, step_state{});
@@ -96,7 +98,8 @@ class execution final : public step_executor, private call {
       run_on_device(*caller, *resources);
     } else if (direct_) {  // GDRAA's allreduce straight on the peers' device memory
       run_on_device(*caller, *resources, 0, /*with_scratch=*/false);
-      prepare_direct();
+      run_directly(*direct_);
+      direct_taken_.assign(std::size_t(this->plan().desc.size), 0);
     } else if (caller) {  // device buffers the provider cannot move: the call runs on host copies
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, *resources, input, output, !one_sided_);
@@ -179,9 +182,6 @@ class execution final : public step_executor, private call {
 
   /// Posts a send, receive, write or notify.
   posted post(schedule::step_id id) override;
-
-  /// GDRAA's local steps on peers' device memory (run_direct()); the executor's otherwise.
-  bool run_local(schedule::step_id id) override { return direct_ ? run_direct(id) : step_executor::run_local(id); }
 
   /// What a libfabric post's return means for the step.
   posted posted_as(schedule::step_id id, posted_op* r, const char* call, ssize_t ret);
@@ -359,21 +359,12 @@ class execution final : public step_executor, private call {
   // ---- GDRAA's allreduce on peers' device memory (execution_direct.hpp) -------------
 
   /// Whether this call is GDRAA's allreduce on device memory that its peers reach: it
-  /// then runs as one pass a rank, reading its shard of every input where it lies and
-  /// writing the sum into every output, between GDRAA's two synchronizations.
+  /// then runs as one pass a rank (direct_allreduce.hpp) between the two synchronizations.
   bool writes_peers_directly(device::port& port) const;
 
-  /// Sizes the peers' tables, and finds the tags of the two synchronizations and this
-  /// rank's shard from the schedule.
-  void prepare_direct();
-
   /// A write of sync 1 tells its target where the target's shard lies in this rank's
-  /// input and output; a write of sync 2, that this rank's pass over the target's memory
-  /// has run.
+  /// input and output; a write of sync 2, that this rank's pass has run.
   posted post_direct(schedule::step_id id);
-
-  /// The copy and the finalize fold into reduce_slots' one pass over every rank's shard.
-  bool run_direct(schedule::step_id id);
 
   /// Takes each peer's synchronizations in order, opening its blocks and raising flags.
   bool take_direct();
@@ -439,16 +430,8 @@ class execution final : public step_executor, private call {
   std::uint64_t packed_;
   bool shared_ = false;             // device buffers read by peers directly (execution_shared.hpp)
   bool hmem_ = false;               // device buffers the provider moves itself (FI_HMEM)
-  bool direct_ = false;             // GDRAA's allreduce on peers' device memory (execution_direct.hpp)
-  struct {
-    std::uint32_t tags[2] = {};        // of sync 1 and sync 2
-    schedule::step_id waits[2] = {};   // the waits for them
-    std::size_t shard_offset = 0;      // this rank's shard, in its input and output
-    std::size_t shard_bytes = 0;
-    std::vector<const void*> inputs;   // by rank: its shard of its input, as this process reaches it
-    std::vector<void*> outputs;        // ... and of its output
-    std::vector<std::uint8_t> taken;   // by peer: the synchronizations taken (0 to 2)
-  } direct_state_;
+  std::optional<direct_allreduce> direct_;  // GDRAA's allreduce on peers' device memory (execution_direct.hpp)
+  std::vector<std::uint8_t> direct_taken_;  // ... by peer: its synchronizations taken (0 to 2)
   device::network_memory port_memory_{};  // how the provider names them, when hmem_
   device::port* port_ = nullptr;     // their port, when shared_
   std::array<shared_region, 3> exported_{};  // by schedule::buffer: the call's buffers as peers open them
