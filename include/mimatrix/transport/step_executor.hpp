@@ -119,8 +119,6 @@ class step_executor : public execution {
   /// The call is GDRAA's allreduce on device memory every rank reaches: its local steps
   /// run as `d` says; the transport carries its two synchronizations (direct_allreduce.hpp).
   void run_directly(direct_allreduce& d) { direct_ = &d; }
-  /// The device failed or refused this call's work: fails the call; false (not done).
-  [[gnu::cold]] bool device_failed(const error& e);
   /// Where the transport's part of the device scratch begins (run_on_device's extra).
   std::size_t scratch_end() const { return (plan_->scratch_bytes + 255) / 256 * 256; }
   /// The call's buffers are device memory of `caller`'s port, which this transport moves
@@ -196,6 +194,8 @@ class step_executor : public execution {
   void post_now(schedule::step_id id);
   /// post(), or deferred while a send or write would read device input still being made.
   posted try_post(schedule::step_id id);
+  /// The device failed or refused this call's work; false (the step is not done).
+  [[gnu::cold]] bool device_failed(const error& e);
   /// Ends the call's device work after a failure: what peers lent is let go of, and the
   /// caller's stream goes on.
   void settle_device_after_failure();
@@ -213,7 +213,6 @@ class step_executor : public execution {
   std::unique_ptr<step_bookkeeping> book_;
   std::size_t completed_ = 0;
   std::unique_ptr<device_steps> device_;
-  direct_allreduce* direct_ = nullptr;  // run_directly()
   std::unique_ptr<host_staging> staging_;
   const reduce::host_kernels& kernels_;
   int last_peer_ = -1;      // of the last receive done
@@ -221,6 +220,7 @@ class step_executor : public execution {
   signature sig_;
   std::chrono::milliseconds timeout_;
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
+  direct_allreduce* direct_ = nullptr;  // run_directly(); last, apart from what every round reads
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this
