@@ -50,9 +50,7 @@ class direct_allreduce {
   /// The flag tag of sync `k` (0 or 1), and the step that waits for it.
   std::uint32_t tag(int k) const { return tags_[k]; }
   schedule::step_id wait(int k) const { return waits_[k]; }
-  /// This rank's shard: where it lies in every rank's input and output (the same offset),
-  /// and its bytes, which every peer's sync 1 must match.
-  std::size_t shard_offset() const { return shard_.offset; }
+  /// The bytes of this rank's shard, which every peer's sync 1 must match.
   std::size_t shard_bytes() const { return shard_.bytes; }
 
   /// Where this rank's shard lies in rank `r`'s input and output, as this rank reaches them.

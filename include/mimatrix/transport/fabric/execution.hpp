@@ -70,7 +70,7 @@ class execution final : public step_executor, private call {
     for (std::size_t i = 0; i < n; ++i) {
       const schedule::step& st = steps[i];
       if (schedule::is_one_sided(st.kind) || (st.kind == kind::wait && st.count > 0)) {
-        one_sided_ = true;
+        one_sided_ = !direct_;  // direct: its writes and waits are synchronizations (execution_direct.hpp)
         if (st.tag > wire::max_flag_tag)
           throw error(errc::invalid_argument, "transport::fabric: flag tag " + std::to_string(st.tag) +
                                                   " exceeds the " + std::to_string(wire::flag_tag_bits) +
@@ -88,7 +88,6 @@ class execution final : public step_executor, private call {
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
       }
     }
-    if (direct_) one_sided_ = false;  // its writes and waits run as reads and writes of peers' memory
     hmem_ = caller && !shared_ && !direct_ && !one_sided_ && !any_box && ep_->moves_device_memory() &&
             caller->device->network().iface != device::network_memory::interface::none;
     if (hmem_) {
