@@ -75,13 +75,14 @@ train=("$here/bin/resnet_train" --device cuda --synthetic --image-size 32 --batc
 step train_gpu_1 "${train[@]}"
 step train_gpu_1_tf32 "${train[@]}" --tf32
 step train_gpu_2 "$here/bin/mimatrix-run" -n 2 "${train[@]}"
-# Two ranks sharing the GPU, peers reading each other's memory (CUDA IPC), then staged;
-# gdraa: one pass a rank into both outputs, the least traffic. Each prints the
-# memory-traffic limit (2 device-to-device copies of the size) and the calls against it:
-# issue 13's goal is at most 1.25 at 256 MiB.
+# Two ranks sharing the GPU, peers reading each other's memory (CUDA IPC): the default
+# (automatic takes GDRAA's one pass a rank into both outputs, the least traffic), the
+# receiver-driven ring, then staged. Each prints the memory-traffic limit (2
+# device-to-device copies of the size) and the calls against it: issue 13's goal is at
+# most 1.25 at 256 MiB.
 perf=("$here/bin/allreduce_perf" --ranks 2 --provider shm -G cuda -b 1M -e 256M -f 4 -n 20 -w 5 -c 1)
 MIMATRIX_DEVICE_IPC=1 step perf_ipc "${perf[@]}"
-MIMATRIX_DEVICE_IPC=1 step perf_ipc_gdraa "${perf[@]}" --algo gdraa
+MIMATRIX_DEVICE_IPC=1 step perf_ipc_ring "${perf[@]}" --algo ring
 MIMATRIX_DEVICE_IPC=0 step perf_staged "${perf[@]}"
 RUN
 chmod +x "$out/run.sh"

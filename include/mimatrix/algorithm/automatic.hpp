@@ -27,6 +27,7 @@
 #include "mimatrix/core/log.hpp"
 #include "mimatrix/model/cost.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/topology/mesh.hpp"
 
 namespace mimatrix::algorithm {
 
@@ -36,6 +37,7 @@ struct decision {
     model,     // the cheapest candidate by the cost model
     override,  // a MIMATRIX_ALGO rule named it
     fallback,  // no candidate has a cost model: the first one that runs on the topology
+    memory,    // device memory every rank reaches: the least memory traffic (build_on_shared_device)
   };
   struct estimate {
     std::string_view algorithm;
@@ -64,6 +66,7 @@ inline std::string_view to_string(decision::reason why) {
     case decision::reason::model: return "cheapest by the cost model";
     case decision::reason::override: return "MIMATRIX_ALGO";
     case decision::reason::fallback: return "first candidate, no cost model";
+    case decision::reason::memory: return "the least memory traffic on device memory every rank reaches";
   }
   return "?";
 }
@@ -86,6 +89,7 @@ inline std::string to_string(const decision& d) {
   if (!d.topology.empty()) s += " (topology " + std::string(d.topology) + ")";
   s += ": " + std::string(d.chosen) + ", " + std::string(to_string(d.why));
   if (d.why == decision::reason::override) s += " rule '" + d.rule + "'";
+  if (d.candidates.empty()) return s;
   s += "; predicted";
   for (std::size_t i = 0; i < d.candidates.size(); ++i) {
     const auto& e = d.candidates[i];
@@ -210,12 +214,52 @@ class basic_automatic {
     return d;
   }
 
+  /// What build_on_shared_device would choose: as `decide`, except that an allreduce with
+  /// no MIMATRIX_ALGO rule of its own takes GDRAA, if it is a candidate.
+  template <class Topology>
+    requires(builds_for<Candidates, Topology> || ...)
+  decision decide_on_shared_device(const Topology& topo, const schedule::descriptor& desc) const {
+    if constexpr (gdraa_index < sizeof...(Candidates)) {
+      const double bytes = model::message_bytes(desc);
+      if (desc.kind == schedule::collective::allreduce && desc.size > 1 &&
+          !settings_.rules.match(desc.kind, static_cast<std::uint64_t>(bytes))) {
+        decision d;
+        d.desc = desc;
+        d.topology = topology::mesh::name;
+        d.bytes = bytes;
+        d.chosen = gdraa::name;
+        d.chosen_index = gdraa_index;
+        d.why = decision::reason::memory;
+        return d;
+      }
+    }
+    return decide(topo, desc);
+  }
+
+  /// The schedule for a call on device memory that every rank reaches
+  /// (transport::reaches_peers_device_memory: threads of one process, or processes of one
+  /// node through CUDA IPC). There every rank reaches every other, whatever the network's
+  /// topology, and memory traffic decides: GDRAA's allreduce runs as one pass a rank, 2p
+  /// buffers of traffic where ring and halving-doubling make 2.5p and recursive doubling
+  /// 3p (docs/device.md). A MIMATRIX_ALGO rule that matches the call still wins, and the
+  /// other collectives are chosen as by `build`.
+  template <class Topology>
+    requires(builds_for<Candidates, Topology> || ...)
+  schedule::schedule build_on_shared_device(const Topology& topo, const schedule::descriptor& desc, int rank) const {
+    const decision d = decide_on_shared_device(topo, desc);
+    if (d.why != decision::reason::memory) return build(topo, desc, rank);
+    log_decision(d, rank);
+    if constexpr (gdraa_index < sizeof...(Candidates))
+      return std::get<gdraa_index>(candidates_).build(topology::mesh{}, desc, rank);
+    else
+      return build(topo, desc, rank);  // not reached: decide_on_shared_device chose a candidate
+  }
+
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)
   schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     const decision d = decide(topo, desc);
-    if (rank == 0 ? log_enabled(log_level::info) : log_enabled(log_level::trace))
-      log(rank == 0 ? log_level::info : log_level::trace, "rank " + std::to_string(rank) + ": " + to_string(d));
+    log_decision(d, rank);
     std::optional<schedule::schedule> out;
     build_chosen(d.chosen_index, topo, desc, rank, out, std::index_sequence_for<Candidates...>{});
     return std::move(*out);
@@ -224,6 +268,20 @@ class basic_automatic {
  private:
   template <std::size_t I>
   using candidate = std::tuple_element_t<I, std::tuple<Candidates...>>;
+
+  /// GDRAA's position among the candidates; their number when it is not one.
+  static constexpr std::size_t gdraa_index = [] {
+    constexpr bool is_gdraa[] = {std::same_as<Candidates, gdraa>...};
+    for (std::size_t i = 0; i < sizeof...(Candidates); ++i)
+      if (is_gdraa[i]) return i;
+    return sizeof...(Candidates);
+  }();
+
+  /// Rank 0 at INFO, every rank at TRACE (build runs once per call shape: plans are cached).
+  static void log_decision(const decision& d, int rank) {
+    if (rank == 0 ? log_enabled(log_level::info) : log_enabled(log_level::trace))
+      log(rank == 0 ? log_level::info : log_level::trace, "rank " + std::to_string(rank) + ": " + to_string(d));
+  }
 
   template <class Topology, std::size_t... I>
   void estimate_each(const model::network& net, const schedule::descriptor& desc,

@@ -48,6 +48,16 @@ bool runs_one_sided_on(const void* self, const schedule::descriptor& d, std::siz
   return static_cast<const Transport*>(self)->runs_one_sided(d, scratch_bytes);
 }
 
+template <class Transport>
+bool reaches_peers_device_memory_of(const void* self, const device::stream& stream) {
+  return static_cast<const Transport*>(self)->reaches_peers_device_memory(stream);
+}
+
+template <class Transport>
+bool runs_as_built_of(const void* self, const schedule::schedule& plan, const device::stream& stream) {
+  return static_cast<const Transport*>(self)->runs_as_built(plan, stream);
+}
+
 /// `t` as the engine calls it.
 template <class Transport>
 transport_face face_of(Transport& t) {
@@ -59,6 +69,9 @@ transport_face face_of(Transport& t) {
   f.fail = &fail_on<Transport>;
   if constexpr (transport::runs_on_device<Transport>) f.start_on_device = &start_on_device_of<Transport>;
   if constexpr (transport::runs_one_sided_sometimes<Transport>) f.runs_one_sided = &runs_one_sided_on<Transport>;
+  if constexpr (transport::reaches_peers_device_memory<Transport>)
+    f.reaches_peers_device_memory = &reaches_peers_device_memory_of<Transport>;
+  if constexpr (transport::runs_as_built_on_device<Transport>) f.runs_as_built = &runs_as_built_of<Transport>;
   f.native_one_sided = transport::runs_one_sided<Transport>;
   if constexpr (transport::has_progress_engine<Transport>) f.progress = &t.progress();
   return f;
@@ -80,6 +93,13 @@ auto build_with(const void* bound, const schedule::descriptor& d, int rank)
   return algo.build(topo, d, rank);
 }
 
+template <class Topology, class Algorithm>
+auto build_on_shared_device_with(const void* bound, const schedule::descriptor& d, int rank)
+    -> decltype(std::declval<const Algorithm&>().build_on_shared_device(std::declval<const Topology&>(), d, rank)) {
+  const auto& [topo, algo] = *static_cast<const std::pair<Topology, Algorithm>*>(bound);
+  return algo.build_on_shared_device(topo, d, rank);
+}
+
 /// `algo` on `topo` for a group of `size` ranks: throws `invalid_argument` if the topology
 /// cannot hold them, and gives the algorithm `suggested` for what it leaves open.
 template <class Topology, class Algorithm>
@@ -89,8 +109,13 @@ schedule_source bind_algorithm(Topology topo, Algorithm algo, int size, std::opt
     if (suggested) algo.complete_policy(*suggested);
   // algorithm::automatic says itself, at INFO, what it chose and why.
   constexpr bool chooses = requires { requires Algorithm::name == std::string_view("automatic"); };
-  return {std::make_shared<const std::pair<Topology, Algorithm>>(std::move(topo), std::move(algo)),
-          &build_with<Topology, Algorithm>, chooses};
+  schedule_source source{std::make_shared<const std::pair<Topology, Algorithm>>(std::move(topo), std::move(algo)),
+                         &build_with<Topology, Algorithm>, chooses};
+  if constexpr (requires(const Algorithm& a, const Topology& t, const schedule::descriptor& d) {
+                  a.build_on_shared_device(t, d, 0);
+                })
+    source.build_on_shared_device = &build_on_shared_device_with<Topology, Algorithm>;
+  return source;
 }
 
 /// algorithm::automatic on `*topology` (automatic_source). Spelled through `Automatic`, so

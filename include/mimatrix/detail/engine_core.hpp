@@ -35,6 +35,10 @@ struct transport_face {
                                                 const reduce::host_kernels& kernels, std::chrono::milliseconds timeout,
                                                 const device::stream& stream) = nullptr;
   void (*fail)(void* transport, const signature& sig, errc code, const std::string& why) = nullptr;
+  /// transport::reaches_peers_device_memory; null: never.
+  bool (*reaches_peers_device_memory)(const void* transport, const device::stream& stream) = nullptr;
+  /// transport::runs_as_built_on_device; null: none.
+  bool (*runs_as_built)(const void* transport, const schedule::schedule& plan, const device::stream& stream) = nullptr;
   /// transport::runs_one_sided_sometimes; null when it runs every one-sided step or none.
   bool (*runs_one_sided)(const void* transport, const schedule::descriptor& d, std::size_t scratch_bytes) = nullptr;
   bool native_one_sided = false;                   // transport::runs_one_sided
@@ -48,6 +52,10 @@ struct schedule_source {
   /// The algorithm chooses per call and says so itself (algorithm::automatic); otherwise
   /// the engine says, at MIMATRIX_DEBUG=INFO, which algorithm the collective's type fixed.
   bool chooses = false;
+  /// What a choosing algorithm builds for a call on device memory that every peer reaches
+  /// (transport_face::reaches_peers_device_memory), where memory traffic decides; null:
+  /// the same as `build`.
+  schedule::schedule (*build_on_shared_device)(const void* bound, const schedule::descriptor& d, int rank) = nullptr;
 };
 
 /// @par Thread Safety

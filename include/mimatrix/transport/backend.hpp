@@ -35,6 +35,23 @@ concept runs_on_device = requires(T& t, std::shared_ptr<const schedule::schedule
   { t.start(plan, in, out, sig, kernels, timeout, stream) } -> std::same_as<std::unique_ptr<mimatrix::detail::operation>>;
 };
 
+/// Transports that run on device memory and can tell whether every peer reaches this
+/// rank's device memory of a stream's port (transport::inproc always; transport::fabric
+/// within a node through CUDA IPC). Every rank answers alike. Allreduces there make the
+/// least memory traffic as GDRAA's one pass a rank, which algorithm::automatic then takes.
+template <class T>
+concept reaches_peers_device_memory = runs_on_device<T> && requires(const T& t, const device::stream& stream) {
+  { t.reaches_peers_device_memory(stream) } -> std::same_as<bool>;
+};
+
+/// Transports that lower one-sided schedules (not runs_one_sided) but run some plans on
+/// device memory as built, their one-sided steps carried another way (transport::fabric:
+/// GDRAA's allreduce as one pass a rank, with no RMA window). Every rank answers alike.
+template <class T>
+concept runs_as_built_on_device = requires(const T& t, const schedule::schedule& plan, const device::stream& stream) {
+  { t.runs_as_built(plan, stream) } -> std::same_as<bool>;
+};
+
 /// Transports whose calls share a progress engine (every test() or wait() advances them
 /// all; progress_mode::thread adds a thread). The communicator sets its mode.
 template <class T>

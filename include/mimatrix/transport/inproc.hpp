@@ -75,6 +75,11 @@ class inproc {
                                                       kernels, timeout, &caller, streams_.get());
   }
 
+  /// Threads of one process reach each other's device memory (on several GPUs, through
+  /// peer access): GDRAA's allreduce on device memory runs as one pass a rank, which
+  /// algorithm::automatic takes for allreduces there.
+  bool reaches_peers_device_memory(const device::stream&) const { return true; }
+
   /// This rank will not take part in call `sig`: its peers fail with `code` at once
   /// instead of waiting for their deadline.
   void fail(const signature& sig, errc code, const std::string& why) {

@@ -176,6 +176,46 @@ TEST(automatic, the_decision_prints_its_choice_reason_and_predictions) {
   std::printf("%s\n%s\n", by_model.c_str(), by_rule.c_str());
 }
 
+// On device memory that every rank reaches, every rank is a neighbour of every other and
+// memory traffic decides: an allreduce takes GDRAA's one pass a rank (2p buffers, where
+// the ring makes 2.5p), on the user's topology too. A rule for the call, the other
+// collectives, and an automatic without GDRAA choose as on host memory.
+TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass_for_allreduce) {
+  ::unsetenv("MIMATRIX_ALGO");
+  const algorithm::automatic a{algorithm::automatic_settings{}};
+  for (std::size_t bytes : {std::size_t(8), std::size_t(64) << 20}) {
+    const auto d = a.decide_on_shared_device(topology::ring{}, allreduce_of(4, bytes));
+    EXPECT_EQ(d.chosen, "gdraa") << bytes;
+    EXPECT_EQ(d.why, algorithm::decision::reason::memory) << bytes;
+    EXPECT_NE(a.decide(topology::ring{}, allreduce_of(4, bytes)).chosen, "gdraa") << "gdraa does not run on a ring";
+    for (int r = 0; r < 4; ++r) {
+      const schedule::schedule s = a.build_on_shared_device(topology::ring{}, allreduce_of(4, bytes), r);
+      EXPECT_EQ(s.algorithm, "gdraa") << bytes;
+      EXPECT_EQ(s.rank, r);
+    }
+  }
+  EXPECT_EQ(algorithm::to_string(a.decide_on_shared_device(topology::ring{}, allreduce_of(4, 8))),
+            "allreduce of 8 bytes on 4 ranks (topology mesh): gdraa, the least memory traffic on device memory "
+            "every rank reaches");
+
+  const schedule::descriptor scatter{collective::reduce_scatter, 4, 1000, 4, 0};
+  const schedule::descriptor gather{collective::allgather, 4, 1000, 4, 0};
+  for (const auto& d : {scatter, gather, allreduce_of(1, 4096)}) {
+    EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).chosen, a.decide(topology::ring{}, d).chosen);
+    EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).why, algorithm::decision::reason::model);
+  }
+
+  algorithm::automatic ruled{algorithm::automatic_settings{}};
+  ruled.set_rules(algorithm::selection::parse("allreduce@0-8K:ring"));
+  EXPECT_EQ(ruled.decide_on_shared_device(topology::ring{}, allreduce_of(4, 8)).chosen, "ring");
+  EXPECT_EQ(ruled.build_on_shared_device(topology::ring{}, allreduce_of(4, 8), 1).algorithm, "ring");
+  EXPECT_EQ(ruled.decide_on_shared_device(topology::ring{}, allreduce_of(4, 64 << 20)).chosen, "gdraa");
+
+  const algorithm::basic_automatic<algorithm::ring, recursive_doubling> without{algorithm::automatic_settings{}};
+  EXPECT_EQ(without.decide_on_shared_device(topology::ring{}, allreduce_of(4, 8)).chosen, "recursive_doubling");
+  EXPECT_EQ(without.build_on_shared_device(topology::ring{}, allreduce_of(4, 64 << 20), 0).algorithm, "ring");
+}
+
 /// A candidate the model does not know, which predicts its own time.
 struct priced {
   static constexpr std::string_view name = "priced";

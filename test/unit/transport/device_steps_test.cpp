@@ -3,7 +3,8 @@
 // "device" buffers whose streams run late, with every combine in device memory (a kernel
 // cannot read host memory; the port refuses it as a GPU would fault); NCCL's stream order (the call waits for the
 // work queued before it, and the work queued after it sees its result) with no host
-// wait; GDRAA's allreduce as one pass a rank, with the least memory traffic; and a failed
+// wait; GDRAA's allreduce as one pass a rank, with the least memory traffic, which
+// algorithm::automatic takes on device buffers; and a failed
 // call that ends its stream's wait instead of hanging it.
 #include "mimatrix/transport/device_steps.hpp"
 
@@ -128,6 +129,49 @@ TEST(device_steps, gdraa_makes_the_least_memory_traffic_on_device_buffers) {
       }
 }
 
+// Threads reach each other's device memory, so algorithm::automatic (no algorithm named)
+// takes GDRAA's one pass for an allreduce there, on every topology, where on host memory
+// the network's cost model chooses (GDRAA does not run on a ring). A MIMATRIX_ALGO rule
+// for the call still wins.
+TEST(device_steps, automatic_takes_the_least_memory_traffic_on_device_buffers_on_every_topology) {
+  constexpr std::size_t n = 4099;
+  const auto least = [&](int p) { return 2 * std::size_t(p) * n * sizeof(std::int64_t); };
+  for (int p : {2, 3, 5}) {
+    EXPECT_EQ(allreduce_traffic(p, topology::ring{}, "", n, false), least(p)) << p << " ranks, ring";
+    EXPECT_EQ(allreduce_traffic(p, topology::mesh{}, "", n, true), least(p)) << p << " ranks, mesh";
+    EXPECT_EQ(allreduce_traffic(p, topology::bigraph{}, "", n, false), least(p)) << p << " ranks, bigraph";
+    EXPECT_GT(allreduce_traffic(p, topology::ring{}, "ring", n, false), least(p)) << p << " ranks, ring named";
+  }
+  EXPECT_EQ(allreduce_traffic(4, topology::hierarchical<>(2), "", n, true), least(4));
+
+  ::setenv("MIMATRIX_ALGO", "allreduce@32K-:halving_doubling", 1);  // read as each collectives starts
+  EXPECT_GT(allreduce_traffic(3, topology::ring{}, "", n, false), least(3)) << "the rule's halving-doubling";
+  EXPECT_EQ(allreduce_traffic(3, topology::ring{}, "", 5, false), least(3) * 5 / n) << "no rule under 32 KiB";
+  ::unsetenv("MIMATRIX_ALGO");
+
+  // The algorithm each call ran, as the communicator's call hook sees it.
+  device::host_port dev(late(5us));
+  transport::run_inproc(3, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    std::vector<std::string> ran;
+    comm.on_call([&](const call_record& c) { ran.push_back(c.algorithm); });
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    device_array<std::int32_t> on_device(dev, 1000, r);
+    std::vector<std::int32_t> on_host(1000, r);
+    coll.allreduce(on_device.data(), on_device.data(), 1000, dtype::int32, reduce::op_kind::sum, on(dev, s)).wait();
+    coll.allreduce(on_host.data(), on_host.data(), 1000, dtype::int32, reduce::op_kind::sum).wait();
+    coll.allreduce(on_device.data(), on_device.data(), 1000, dtype::int32, reduce::op_kind::sum, on(dev, s)).wait();
+    EXPECT_EQ(on_device[999], 9);
+    EXPECT_EQ(on_host[0], 3);
+    ASSERT_EQ(ran.size(), 3u);
+    EXPECT_EQ(ran[0], "gdraa");
+    EXPECT_NE(ran[1], "gdraa");
+    EXPECT_EQ(ran[2], "gdraa");
+    dev.free_stream(s);
+  });
+}
+
 TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_buffers) {
   constexpr int p = 4;
   constexpr std::size_t n = 250;
@@ -190,7 +234,7 @@ TEST(device_steps, calls_in_flight_on_one_callers_stream_all_finish_exactly) {
   constexpr std::size_t n = 3000;
   constexpr int calls = 4;
   device::host_port dev(late(50us));
-  for (const char* algo : {"ring", "recursive_doubling", "halving_doubling"})
+  for (const char* algo : {"ring", "recursive_doubling", "halving_doubling", ""})  // "": automatic's GDRAA
     transport::run_inproc(p, [&](int r, inproc::world& w) {
       communicator<inproc> comm(w, r);
       collectives<inproc> coll(comm);

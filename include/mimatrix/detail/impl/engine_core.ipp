@@ -22,25 +22,34 @@ namespace mimatrix::detail {
 
 struct engine_core::impl {
   impl(communicator_state& c, const transport_face& t, schedule_source s)
-      : comm(c), transport(t), source(std::move(s)), owner(c.plans().new_owner()) {}
+      : comm(c), transport(t), source(std::move(s)), owner(c.plans().new_owner()),
+        shared_device_owner(source.build_on_shared_device ? c.plans().new_owner() : owner) {}
 
   std::optional<std::string> check(const schedule::descriptor& d, const void* in, std::size_t in_count, void* out,
                                    std::size_t out_count) const;
+  /// Whether a call on `stream` takes the schedules built for device memory that every
+  /// peer reaches (schedule_source::build_on_shared_device). Alike on every rank.
+  bool on_shared_device(const device::stream* stream) const {
+    return stream && source.build_on_shared_device && transport.reaches_peers_device_memory &&
+           transport.reaches_peers_device_memory(transport.transport, *stream);
+  }
   /// Of this call's plans, the one the transport runs.
-  std::shared_ptr<const schedule::schedule> pick(const plan_set& p, const schedule::descriptor& d) const;
+  std::shared_ptr<const schedule::schedule> pick(const plan_set& p, const schedule::descriptor& d,
+                                                 const device::stream* stream) const;
   /// The communicator's cache holds the plans; the last call's stay here too, since
   /// training repeats one size.
-  const plan_set& plan_for(const schedule::descriptor& d);
+  const plan_set& plan_for(const schedule::descriptor& d, bool shared_device);
   /// Lowering needs every rank's schedule (a wait's receives come from its writers).
-  plan_set build(const schedule::descriptor& d) const;
-  schedule::schedule build(const schedule::descriptor& d, int rank) const {
-    return source.build(source.bound.get(), d, rank);
+  plan_set build(const schedule::descriptor& d, bool shared_device) const;
+  schedule::schedule build(const schedule::descriptor& d, int rank, bool shared_device) const {
+    return (shared_device ? source.build_on_shared_device : source.build)(source.bound.get(), d, rank);
   }
 
   communicator_state& comm;
   transport_face transport;
   schedule_source source;
   std::uint64_t owner;
+  std::uint64_t shared_device_owner;  // of the plans for device memory every peer reaches
   plan_key last_key{};
   plan_set last;
   bool has_last = false;
@@ -65,6 +74,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
+  const bool shared_device = !why && e.on_shared_device(stream);
   if (why) {
     const std::string message =
         describe({t.rank, -1, schedule::to_string(kind), static_cast<std::int64_t>(sig.sequence)}, *why);
@@ -83,10 +93,10 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                         return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
-  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc), desc)));
+  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)));
   call_record r;
   r.start = std::chrono::steady_clock::now();
-  auto plan = e.pick(e.plan_for(desc), desc);
+  auto plan = e.pick(e.plan_for(desc, shared_device), desc, stream);
   r.algorithm = plan->algorithm;
   auto op = launch(std::move(plan));
   r.kind = kind;
@@ -131,23 +141,26 @@ MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule
 }
 
 MIMATRIX_DECL std::shared_ptr<const schedule::schedule> engine_core::impl::pick(const plan_set& p,
-                                                                                const schedule::descriptor& d) const {
+                                                                                const schedule::descriptor& d,
+                                                                                const device::stream* stream) const {
   if (!p.lowered) return p.as_built;
+  if (stream && transport.runs_as_built && transport.runs_as_built(transport.transport, *p.as_built, *stream))
+    return p.as_built;
   if (transport.runs_one_sided && transport.runs_one_sided(transport.transport, d, p.most_scratch)) return p.as_built;
   return p.lowered;
 }
 
-MIMATRIX_DECL const plan_set& engine_core::impl::plan_for(const schedule::descriptor& d) {
-  const plan_key key{owner, d.kind, d.count, d.elem_size, d.root};
+MIMATRIX_DECL const plan_set& engine_core::impl::plan_for(const schedule::descriptor& d, bool shared_device) {
+  const plan_key key{shared_device ? shared_device_owner : owner, d.kind, d.count, d.elem_size, d.root};
   if (has_last && key == last_key) return last;
-  last = comm.plans().find_or_build(key, [&] { return build(d); });
+  last = comm.plans().find_or_build(key, [&] { return build(d, shared_device); });
   last_key = key;
   has_last = true;
   return last;
 }
 
-MIMATRIX_DECL plan_set engine_core::impl::build(const schedule::descriptor& d) const {
-  schedule::schedule mine = build(d, transport.rank);
+MIMATRIX_DECL plan_set engine_core::impl::build(const schedule::descriptor& d, bool shared_device) const {
+  schedule::schedule mine = build(d, transport.rank, shared_device);
   if (!source.chooses && transport.rank == 0 && log_enabled(log_level::info))
     log(log_level::info, "rank 0: " + std::string(schedule::to_string(d.kind)) + " of " +
                              std::to_string(std::max(d.input_bytes(), d.output_bytes())) + " bytes on " + std::to_string(d.size) + " ranks: " +
@@ -162,7 +175,7 @@ MIMATRIX_DECL plan_set engine_core::impl::build(const schedule::descriptor& d) c
       std::vector<schedule::schedule> group;
       group.reserve(std::size_t(transport.size));
       for (int r = 0; r < transport.size; ++r) {
-        group.push_back(r == transport.rank ? mine : build(d, r));
+        group.push_back(r == transport.rank ? mine : build(d, r, shared_device));
         p.most_scratch = std::max(p.most_scratch, group.back().scratch_bytes);
       }
       p.lowered = std::make_shared<const schedule::schedule>(

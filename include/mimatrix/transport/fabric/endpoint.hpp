@@ -28,6 +28,7 @@
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/port.hpp"
 #include "mimatrix/schedule/policy.hpp"
 #include "mimatrix/transport/fabric/call.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
@@ -134,6 +135,17 @@ class endpoint {
 
   /// Whether the provider moves device memory itself (FI_HMEM granted at open()).
   bool moves_device_memory() const { return hmem_; }
+
+  /// Whether calls on `port`'s device memory may read every peer's memory directly: the
+  /// port shares memory, MIMATRIX_DEVICE_IPC allows it, and every peer is on this host
+  /// with a mailbox that carries `message_bytes`. Every rank answers alike.
+  bool reaches_peers_device_memory(const device::port& port, std::size_t message_bytes) const {
+    if (!port.shares_memory() || !device_ipc() || !mailboxes_ || mailboxes_->payload_bytes() < message_bytes)
+      return false;
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_ && !mailboxes_->reaches(peer)) return false;
+    return true;
+  }
 
   /// The shared-memory mailboxes to ranks on this host, for small messages and for
   /// chunks (nullptr: none).

@@ -155,6 +155,10 @@ class execution final : public step_executor, private call {
     wait(ignored);
   }
 
+  /// The mailbox message of GDRAA's sync 1 on device memory: where the owner's shard lies
+  /// in the sender's input and output (writes_peers_directly).
+  static constexpr std::size_t direct_sync_bytes() { return 2 * sizeof(shared_region); }
+
  private:
   // Staging for recv_reduce: about fabric_options::staging_bytes, in at least 2 and at
   // most max_staged slots.
@@ -326,14 +330,9 @@ class execution final : public step_executor, private call {
     std::uint64_t bytes;
   };
 
-  /// Whether peers may reach this call's device memory: the port shares memory,
-  /// MIMATRIX_DEVICE_IPC allows it, and every peer is on this host with a mailbox that
-  /// carries `message_bytes`.
-  bool reaches_peers_device_memory(device::port& port, std::size_t message_bytes) const;
-
-  /// Whether this call's device buffers are read by its peers directly: they are reached,
-  /// and the schedule has no one-sided step (GDRAA's allreduce runs as writes_peers_directly;
-  /// the others stage through host memory).
+  /// Whether this call's device buffers are read by its peers directly: they are reached
+  /// (endpoint::reaches_peers_device_memory), and the schedule has no one-sided step
+  /// (GDRAA's allreduce runs as writes_peers_directly; the others stage through host memory).
   bool shares_device_memory(device::port& port) const;
 
   /// Exports the call's buffers once; false (the call failed, saying why) where the port

@@ -19,7 +19,7 @@
 namespace mimatrix::transport::detail::fabric {
 
 inline bool execution::writes_peers_directly(device::port& port) const {
-  return direct_allreduce::fits(plan()) && reaches_peers_device_memory(port, 2 * sizeof(shared_region));
+  return direct_allreduce::fits(plan()) && ep_->reaches_peers_device_memory(port, direct_sync_bytes());
 }
 
 inline execution::posted execution::post_direct(schedule::step_id id) {
@@ -56,6 +56,7 @@ inline bool execution::take_direct() {
                                                             where[1].bytes == d.shard_bytes()));
       error_context at = context(d.wait(taken));
       at.peer = peer;
+      at.bytes = taken == 0 ? std::int64_t(d.shard_bytes()) : -1;  // the wait step's own is none
       if (!same_call || !fits) {
         fail(errc::mismatch,
              describe(at, !same_call ? wire::disagreement(peer, data, packed_, sig(), plan().algorithm)

@@ -21,16 +21,8 @@
 
 namespace mimatrix::transport::detail::fabric {
 
-inline bool execution::reaches_peers_device_memory(device::port& port, std::size_t message_bytes) const {
-  if (!port.shares_memory() || !endpoint::device_ipc() || !small_ || small_->payload_bytes() < message_bytes)
-    return false;
-  for (int peer = 0; peer < plan().desc.size; ++peer)
-    if (peer != plan().rank && !small_->reaches(peer)) return false;
-  return true;
-}
-
 inline bool execution::shares_device_memory(device::port& port) const {
-  if (!reaches_peers_device_memory(port, sizeof(shared_region))) return false;
+  if (!ep_->reaches_peers_device_memory(port, sizeof(shared_region))) return false;
   return std::none_of(plan().steps.begin(), plan().steps.end(), [](const schedule::step& st) {
     return schedule::is_one_sided(st.kind) || (st.kind == kind::wait && st.count > 0);
   });

@@ -12,6 +12,7 @@
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/direct_allreduce.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/execution.hpp"
@@ -93,6 +94,15 @@ MIMATRIX_DECL schedule::policy fabric::suggested_policy() const { return {endpoi
 MIMATRIX_DECL bool fabric::runs_one_sided(const schedule::descriptor& d, std::size_t scratch_bytes) const {
   return d.kind != schedule::collective::broadcast && endpoint_->one_sided_usable() &&
          (d.output_bytes() + 63) / 64 * 64 + scratch_bytes <= endpoint_->window_half_bytes();
+}
+
+MIMATRIX_DECL bool fabric::reaches_peers_device_memory(const device::stream& caller) const {
+  return caller.device &&
+         endpoint_->reaches_peers_device_memory(*caller.device, detail::fabric::execution::direct_sync_bytes());
+}
+
+MIMATRIX_DECL bool fabric::runs_as_built(const schedule::schedule& plan, const device::stream& caller) const {
+  return transport::direct_allreduce::fits(plan) && reaches_peers_device_memory(caller);
 }
 
 MIMATRIX_DECL progress_engine& fabric::progress() { return endpoint_->engine(); }
