@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/reduce/grid_loops.hpp"
 #include "mimatrix/reduce/ops.hpp"
 
 namespace mimatrix::reduce::cuda {
@@ -26,105 +27,30 @@ struct launch_policy {
 };
 
 /// The most sources and destinations one reduce_many takes: the ranks of a node.
-inline constexpr int max_operands = 8;
-
+using grid::max_operands;
 /// reduce_many's operands, passed to the kernel by value.
-template <class T>
-struct many_operands {
-  T* dst[max_operands] = {};
-  const T* src[max_operands] = {};
-  int destinations = 0;
-  int sources = 0;
-};
+using grid::many_operands;
 
 namespace detail {
 
-/// Bytes one thread moves per access when all pointers allow it: 128-bit loads and stores
-/// (ld.global.v4) reach full memory bandwidth for every element size, bytes included.
-inline constexpr std::size_t pack_bytes = 16;
+/// This thread's first element, and the grid's stride, for the loops of grid_loops.hpp.
+__device__ inline std::size_t first_element() { return std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; }
+__device__ inline std::size_t grid_stride() { return std::size_t{gridDim.x} * blockDim.x; }
 
-template <class T> struct alignas(pack_bytes) pack {
-  static constexpr std::size_t lanes = pack_bytes / sizeof(T);
-  T lane[lanes];
-};
-
-template <class T> bool pack_aligned(const void* p) {
-  return reinterpret_cast<std::uintptr_t>(p) % alignof(pack<T>) == 0;
-}
-
-template <operation Op>
-__device__ inline typename Op::value_type combine_one(const Op& op, typename Op::value_type a,
-                                                      typename Op::value_type b) {
-  using T = typename Op::value_type;
-  return narrow<T>(op(widen<T>(a), widen<T>(b)));
-}
-
-/// dst[i] = op(a[i], b[i]); with Packed, whole packs first and the remainder element-wise.
 template <bool Packed, operation Op>
 __global__ void combine_kernel(Op op, typename Op::value_type* dst, const typename Op::value_type* a,
                                const typename Op::value_type* b, std::size_t n) {
-  using T = typename Op::value_type;
-  const std::size_t first = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  std::size_t done = 0;
-  if constexpr (Packed) {
-    using P = pack<T>;
-    const std::size_t packs = n / P::lanes;
-    for (std::size_t p = first; p < packs; p += stride) {
-      const P x = reinterpret_cast<const P*>(a)[p];
-      const P y = reinterpret_cast<const P*>(b)[p];
-      P r;
-#pragma unroll
-      for (std::size_t k = 0; k < P::lanes; ++k) r.lane[k] = combine_one(op, x.lane[k], y.lane[k]);
-      reinterpret_cast<P*>(dst)[p] = r;
-    }
-    done = packs * P::lanes;
-  }
-  for (std::size_t i = done + first; i < n; i += stride) dst[i] = combine_one(op, a[i], b[i]);
+  grid::combine<Packed>(op, dst, a, b, n, first_element(), grid_stride());
 }
 
-/// Every dst[d][i] = finalize(op(src[0][i], ..., src[k-1][i])): each source read once,
-/// each destination written once, whole packs first when every pointer allows it.
 template <bool Packed, operation Op>
 __global__ void reduce_many_kernel(Op op, many_operands<typename Op::value_type> m, std::size_t n, int ranks) {
-  using T = typename Op::value_type;
-  const std::size_t first = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  const auto finalized = [&](T v) {
-    if constexpr (Op::kind == op_kind::avg) return narrow<T>(op.finalize(widen<T>(v), ranks));
-    else return v;
-  };
-  std::size_t done = 0;
-  if constexpr (Packed) {
-    using P = pack<T>;
-    const std::size_t packs = n / P::lanes;
-    for (std::size_t p = first; p < packs; p += stride) {
-      P acc = reinterpret_cast<const P*>(m.src[0])[p];
-      for (int s = 1; s < m.sources; ++s) {
-        const P x = reinterpret_cast<const P*>(m.src[s])[p];
-#pragma unroll
-        for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = combine_one(op, acc.lane[k], x.lane[k]);
-      }
-#pragma unroll
-      for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = finalized(acc.lane[k]);
-      for (int d = 0; d < m.destinations; ++d) reinterpret_cast<P*>(m.dst[d])[p] = acc;
-    }
-    done = packs * P::lanes;
-  }
-  for (std::size_t i = done + first; i < n; i += stride) {
-    T acc = m.src[0][i];
-    for (int s = 1; s < m.sources; ++s) acc = combine_one(op, acc, m.src[s][i]);
-    acc = finalized(acc);
-    for (int d = 0; d < m.destinations; ++d) m.dst[d][i] = acc;
-  }
+  grid::reduce_many<Packed>(op, m, n, ranks, first_element(), grid_stride());
 }
 
 template <operation Op>
 __global__ void finalize_kernel(Op op, typename Op::value_type* data, std::size_t n, int ranks) {
-  using T = typename Op::value_type;
-  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
-  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    data[i] = narrow<T>(op.finalize(widen<T>(data[i]), ranks));
+  grid::finalize(op, data, n, ranks, first_element(), grid_stride());
 }
 
 inline unsigned grid_size(std::size_t work_items, const launch_policy& policy) {
@@ -140,9 +66,8 @@ template <operation Op>
   using T = typename Op::value_type;
   if (n == 0) return cudaSuccess;
   const unsigned threads = static_cast<unsigned>(policy.threads_per_block);
-  if (pack_aligned<T>(dst) && pack_aligned<T>(a) && pack_aligned<T>(b)) {
-    const std::size_t items = n / pack<T>::lanes + n % pack<T>::lanes;
-    combine_kernel<true><<<grid_size(items, policy), threads, 0, stream>>>(op, dst, a, b, n);
+  if (grid::pack_aligned<T>(dst) && grid::pack_aligned<T>(a) && grid::pack_aligned<T>(b)) {
+    combine_kernel<true><<<grid_size(grid::packed_items<T>(n), policy), threads, 0, stream>>>(op, dst, a, b, n);
   } else {
     combine_kernel<false><<<grid_size(n, policy), threads, 0, stream>>>(op, dst, a, b, n);
   }
@@ -168,13 +93,9 @@ template <operation Op>
                                              const launch_policy& policy) {
   using T = typename Op::value_type;
   if (n == 0) return cudaSuccess;
-  bool aligned = true;
-  for (int d = 0; d < m.destinations; ++d) aligned = aligned && pack_aligned<T>(m.dst[d]);
-  for (int s = 0; s < m.sources; ++s) aligned = aligned && pack_aligned<T>(m.src[s]);
   const unsigned threads = static_cast<unsigned>(policy.threads_per_block);
-  if (aligned) {
-    const std::size_t items = n / pack<T>::lanes + n % pack<T>::lanes;
-    reduce_many_kernel<true><<<grid_size(items, policy), threads, 0, stream>>>(op, m, n, ranks);
+  if (grid::pack_aligned(m)) {
+    reduce_many_kernel<true><<<grid_size(grid::packed_items<T>(n), policy), threads, 0, stream>>>(op, m, n, ranks);
   } else {
     reduce_many_kernel<false><<<grid_size(n, policy), threads, 0, stream>>>(op, m, n, ranks);
   }
