@@ -78,62 +78,70 @@ MIMATRIX_HOST_DEVICE inline typename Op::value_type finalize_one(const Op& op, t
   else return v;
 }
 
-/// The thread whose first element is `first`, in a grid of `stride` threads:
-/// dst[i] = op(a[i], b[i]) for its elements; with Packed, whole packs first and the rest
-/// element by element. `dst` may be `a` or `b`.
+/// The thread whose first element is `first`, in a grid of `stride` threads: calls
+/// `pack_at(p)` for its whole packs (with Packed), then `element_at(i)` for its elements
+/// after them.
+template <bool Packed, class T, class PackAt, class ElementAt>
+MIMATRIX_HOST_DEVICE inline void stride_over(std::size_t n, std::size_t first, std::size_t stride, PackAt&& pack_at,
+                                             ElementAt&& element_at) {
+  std::size_t done = 0;
+  if constexpr (Packed) {
+    const std::size_t packs = n / pack<T>::lanes;
+    for (std::size_t p = first; p < packs; p += stride) pack_at(p);
+    done = packs * pack<T>::lanes;
+  }
+  for (std::size_t i = done + first; i < n; i += stride) element_at(i);
+}
+
+/// A thread of a grid (stride_over): dst[i] = op(a[i], b[i]) for its elements. `dst` may
+/// be `a` or `b`.
 template <bool Packed, operation Op>
 MIMATRIX_HOST_DEVICE inline void combine(const Op& op, typename Op::value_type* dst, const typename Op::value_type* a,
                                          const typename Op::value_type* b, std::size_t n, std::size_t first,
                                          std::size_t stride) {
   using T = typename Op::value_type;
-  std::size_t done = 0;
-  if constexpr (Packed) {
-    using P = pack<T>;
-    const std::size_t packs = n / P::lanes;
-    for (std::size_t p = first; p < packs; p += stride) {
-      const P x = reinterpret_cast<const P*>(a)[p];
-      const P y = reinterpret_cast<const P*>(b)[p];
-      P r;
-      MIMATRIX_GRID_UNROLL
-      for (std::size_t k = 0; k < P::lanes; ++k) r.lane[k] = combine_one(op, x.lane[k], y.lane[k]);
-      reinterpret_cast<P*>(dst)[p] = r;
-    }
-    done = packs * P::lanes;
-  }
-  for (std::size_t i = done + first; i < n; i += stride) dst[i] = combine_one(op, a[i], b[i]);
+  using P = pack<T>;
+  stride_over<Packed, T>(
+      n, first, stride,
+      [&](std::size_t p) {
+        const P x = reinterpret_cast<const P*>(a)[p];
+        const P y = reinterpret_cast<const P*>(b)[p];
+        P r;
+        MIMATRIX_GRID_UNROLL
+        for (std::size_t k = 0; k < P::lanes; ++k) r.lane[k] = combine_one(op, x.lane[k], y.lane[k]);
+        reinterpret_cast<P*>(dst)[p] = r;
+      },
+      [&](std::size_t i) { dst[i] = combine_one(op, a[i], b[i]); });
 }
 
-/// As combine's thread: every m.dst[d][i] = finalize(op(m.src[0][i], ..., m.src[k-1][i]))
-/// for its elements, folded in source order; each source read once, each destination
-/// written once. m.dst[d] may be m.src[d]: a thread reads an element of every source
-/// before it writes that element anywhere.
+/// A thread of a grid (stride_over): every m.dst[d][i] = finalize(op(m.src[0][i], ...,
+/// m.src[k-1][i])) for its elements, folded in source order; each source read once, each
+/// destination written once. m.dst[d] may be m.src[d]: a thread reads an element of every
+/// source before it writes that element anywhere.
 template <bool Packed, operation Op>
 MIMATRIX_HOST_DEVICE inline void reduce_many(const Op& op, const many_operands<typename Op::value_type>& m,
                                              std::size_t n, int ranks, std::size_t first, std::size_t stride) {
   using T = typename Op::value_type;
-  std::size_t done = 0;
-  if constexpr (Packed) {
-    using P = pack<T>;
-    const std::size_t packs = n / P::lanes;
-    for (std::size_t p = first; p < packs; p += stride) {
-      P acc = reinterpret_cast<const P*>(m.src[0])[p];
-      for (int s = 1; s < m.sources; ++s) {
-        const P x = reinterpret_cast<const P*>(m.src[s])[p];
+  using P = pack<T>;
+  stride_over<Packed, T>(
+      n, first, stride,
+      [&](std::size_t p) {
+        P acc = reinterpret_cast<const P*>(m.src[0])[p];
+        for (int s = 1; s < m.sources; ++s) {
+          const P x = reinterpret_cast<const P*>(m.src[s])[p];
+          MIMATRIX_GRID_UNROLL
+          for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = combine_one(op, acc.lane[k], x.lane[k]);
+        }
         MIMATRIX_GRID_UNROLL
-        for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = combine_one(op, acc.lane[k], x.lane[k]);
-      }
-      MIMATRIX_GRID_UNROLL
-      for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = finalize_one(op, acc.lane[k], ranks);
-      for (int d = 0; d < m.destinations; ++d) reinterpret_cast<P*>(m.dst[d])[p] = acc;
-    }
-    done = packs * P::lanes;
-  }
-  for (std::size_t i = done + first; i < n; i += stride) {
-    T acc = m.src[0][i];
-    for (int s = 1; s < m.sources; ++s) acc = combine_one(op, acc, m.src[s][i]);
-    acc = finalize_one(op, acc, ranks);
-    for (int d = 0; d < m.destinations; ++d) m.dst[d][i] = acc;
-  }
+        for (std::size_t k = 0; k < P::lanes; ++k) acc.lane[k] = finalize_one(op, acc.lane[k], ranks);
+        for (int d = 0; d < m.destinations; ++d) reinterpret_cast<P*>(m.dst[d])[p] = acc;
+      },
+      [&](std::size_t i) {
+        T acc = m.src[0][i];
+        for (int s = 1; s < m.sources; ++s) acc = combine_one(op, acc, m.src[s][i]);
+        acc = finalize_one(op, acc, ranks);
+        for (int d = 0; d < m.destinations; ++d) m.dst[d][i] = acc;
+      });
 }
 
 /// As combine's thread: data[i] = finalize(data[i]) for its elements.
