@@ -2,7 +2,7 @@
 // 13's GPU tests; skips where there is no GPU). Over shm the peers read each other's
 // device memory (CUDA IPC); with MIMATRIX_DEVICE_IPC=0, and over tcp, calls stage through
 // pinned host memory. Every algorithm (gdraa's allreduce over IPC as one pass a rank into
-// every peer's output), dtype and op, exact on small integers; a late
+// every peer's output, also as automatic's choice), dtype and op, exact on small integers; a late
 // producer kernel before each call and a consumer copy after it, with only the stream
 // synchronized; reduce-scatter, allgather and broadcast; a rank that dies fails the
 // others' call, whose stream then goes on.
@@ -69,7 +69,8 @@ MIMATRIX_SCENARIO(cuda_collectives) {
   gpu_buffer buf(*dev, n * sizeof(double) * 4);
   int wrong = 0;
 
-  for (const std::string algo : {"ring", "recursive_doubling", "halving_doubling", "gdraa"})
+  // "": automatic on the ring topology, which takes GDRAA's one pass where peers share memory.
+  for (const std::string algo : {"ring", "recursive_doubling", "halving_doubling", "gdraa", ""})
     for (const dtype t : test::all_dtypes)
       for (const reduce::op_kind op : all_ops)
         test::with_dtype(t, [&](auto tag) {
@@ -90,7 +91,8 @@ MIMATRIX_SCENARIO(cuda_collectives) {
             const double exact = test::reduced_small_values(op, p, i, std::is_integral_v<T>);
             const double want = std::is_same_v<T, double> ? exact : test::to_double(T(static_cast<float>(exact)));
             if (test::to_double(h[i]) == want) continue;
-            std::printf("rank %d: %s %s %s: element %zu is %g, expected %g\n", r, algo.c_str(), std::string(to_string(t)).c_str(),
+            std::printf("rank %d: %s %s %s: element %zu is %g, expected %g\n", r,
+                        algo.empty() ? "automatic" : algo.c_str(), std::string(to_string(t)).c_str(),
                         std::string(reduce::to_string(op)).c_str(), i, test::to_double(h[i]), want);
             ++wrong;
             break;
