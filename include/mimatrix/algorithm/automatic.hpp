@@ -214,26 +214,23 @@ class basic_automatic {
     return d;
   }
 
-  /// What build_on_shared_device would choose: as `decide`, except that an allreduce with
-  /// no MIMATRIX_ALGO rule of its own takes GDRAA, if it is a candidate.
+  /// What build_on_shared_device would choose: as `decide` (which checks the rules), except
+  /// that an allreduce with no MIMATRIX_ALGO rule of its own takes GDRAA, if it is a
+  /// candidate. The network's predictions say nothing there, so the decision has none.
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)
   decision decide_on_shared_device(const Topology& topo, const schedule::descriptor& desc) const {
+    decision d = decide(topo, desc);
     if constexpr (gdraa_index < sizeof...(Candidates)) {
-      const double bytes = model::message_bytes(desc);
-      if (desc.kind == schedule::collective::allreduce && desc.size > 1 &&
-          !settings_.rules.match(desc.kind, static_cast<std::uint64_t>(bytes))) {
-        decision d;
-        d.desc = desc;
+      if (desc.kind == schedule::collective::allreduce && desc.size > 1 && d.why != decision::reason::override) {
         d.topology = topology::mesh::name;
-        d.bytes = bytes;
         d.chosen = gdraa::name;
         d.chosen_index = gdraa_index;
         d.why = decision::reason::memory;
-        return d;
+        d.candidates.clear();
       }
     }
-    return decide(topo, desc);
+    return d;
   }
 
   /// The schedule for a call on device memory that every rank reaches

@@ -211,6 +211,11 @@ TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass_for_allre
   EXPECT_EQ(ruled.build_on_shared_device(topology::ring{}, allreduce_of(4, 8), 1).algorithm, "ring");
   EXPECT_EQ(ruled.decide_on_shared_device(topology::ring{}, allreduce_of(4, 64 << 20)).chosen, "gdraa");
 
+  // A rule no candidate can run fails the first call on device memory too.
+  algorithm::automatic typo{algorithm::automatic_settings{}};
+  typo.set_rules(algorithm::selection::parse("broadcast:bogus"));
+  EXPECT_THROW((void)typo.decide_on_shared_device(topology::ring{}, allreduce_of(4, 8)), error);
+
   const algorithm::basic_automatic<algorithm::ring, recursive_doubling> without{algorithm::automatic_settings{}};
   EXPECT_EQ(without.decide_on_shared_device(topology::ring{}, allreduce_of(4, 8)).chosen, "recursive_doubling");
   EXPECT_EQ(without.build_on_shared_device(topology::ring{}, allreduce_of(4, 64 << 20), 0).algorithm, "ring");
