@@ -243,13 +243,14 @@ class basic_automatic {
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)
   schedule::schedule build_on_shared_device(const Topology& topo, const schedule::descriptor& desc, int rank) const {
-    const decision d = decide_on_shared_device(topo, desc);
-    if (d.why != decision::reason::memory) return build(topo, desc, rank);
-    log_decision(d, rank);
-    if constexpr (gdraa_index < sizeof...(Candidates))
-      return std::get<gdraa_index>(candidates_).build(topology::mesh{}, desc, rank);
-    else
-      return build(topo, desc, rank);  // not reached: decide_on_shared_device chose a candidate
+    if constexpr (gdraa_index < sizeof...(Candidates)) {
+      const decision d = decide_on_shared_device(topo, desc);
+      if (d.why == decision::reason::memory) {
+        log_decision(d, rank);
+        return std::get<gdraa_index>(candidates_).build(topology::mesh{}, desc, rank);
+      }
+    }
+    return build(topo, desc, rank);
   }
 
   template <class Topology>

@@ -60,7 +60,7 @@ class execution final : public step_executor, private call {
         user_output_(output) {
     mem_ = {input, output, nullptr};
     shared_ = caller && shares_device_memory(*caller->device);
-    if (caller && !shared_ && writes_peers_directly(*caller->device)) direct_.emplace(this->plan());
+    if (caller && !shared_ && writes_peers_directly(*ep_, this->plan(), *caller->device)) direct_.emplace(this->plan());
     const auto& steps = this->plan().steps;
     const std::size_t n = steps.size();
     state_.assign(n, step_state{});
@@ -158,6 +158,11 @@ class execution final : public step_executor, private call {
   /// The mailbox message of GDRAA's sync 1 on device memory: where the owner's shard lies
   /// in the sender's input and output (writes_peers_directly).
   static constexpr std::size_t direct_sync_bytes() { return 2 * sizeof(shared_region); }
+
+  /// Whether a call of `plan` over `ep` on `port`'s memory is GDRAA's allreduce on device
+  /// memory that its peers reach: it then runs as one pass a rank (direct_allreduce.hpp)
+  /// between the two synchronizations, with no RMA window (fabric::runs_as_built).
+  static bool writes_peers_directly(const endpoint& ep, const schedule::schedule& plan, const device::port& port);
 
  private:
   // Staging for recv_reduce: about fabric_options::staging_bytes, in at least 2 and at
@@ -356,9 +361,6 @@ class execution final : public step_executor, private call {
 
   // ---- GDRAA's allreduce on peers' device memory (execution_direct.hpp) -------------
 
-  /// Whether this call is GDRAA's allreduce on device memory that its peers reach: it
-  /// then runs as one pass a rank (direct_allreduce.hpp) between the two synchronizations.
-  bool writes_peers_directly(device::port& port) const;
 
   /// A write of sync 1 tells its target where the target's shard lies in this rank's
   /// input and output; a write of sync 2, that this rank's pass has run.

@@ -18,8 +18,9 @@
 
 namespace mimatrix::transport::detail::fabric {
 
-inline bool execution::writes_peers_directly(device::port& port) const {
-  return direct_allreduce::fits(plan()) && ep_->reaches_peers_device_memory(port, direct_sync_bytes());
+inline bool execution::writes_peers_directly(const endpoint& ep, const schedule::schedule& plan,
+                                             const device::port& port) {
+  return direct_allreduce::fits(plan) && ep.reaches_peers_device_memory(port, direct_sync_bytes());
 }
 
 inline execution::posted execution::post_direct(schedule::step_id id) {

@@ -12,7 +12,6 @@
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
-#include "mimatrix/transport/direct_allreduce.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/execution.hpp"
@@ -102,7 +101,7 @@ MIMATRIX_DECL bool fabric::reaches_peers_device_memory(const device::stream& cal
 }
 
 MIMATRIX_DECL bool fabric::runs_as_built(const schedule::schedule& plan, const device::stream& caller) const {
-  return transport::direct_allreduce::fits(plan) && reaches_peers_device_memory(caller);
+  return caller.device && detail::fabric::execution::writes_peers_directly(*endpoint_, plan, *caller.device);
 }
 
 MIMATRIX_DECL progress_engine& fabric::progress() { return endpoint_->engine(); }
