@@ -6,8 +6,8 @@
 // whose "device" blocks processes share (memfd), which the network reads as host memory
 // (FI_HMEM_SYSTEM), and whose kernels refuse host memory: exact results for every
 // two-sided algorithm and collective on late-running streams, ordered on the caller's
-// stream; GDRAA's allreduce as one pass a rank over every rank's memory, with the least
-// traffic, also as algorithm::automatic's choice; its other collectives staged; a buffer
+// stream; GDRAA's allreduce, reduce-scatter and allgather as one pass a rank over every
+// rank's memory, with the least traffic, also as algorithm::automatic's choice; a buffer
 // that cannot be shared fails every rank, naming it.
 #include "mimatrix/transport/fabric.hpp"
 
@@ -154,8 +154,10 @@ MIMATRIX_SCENARIO(shared_collectives) {
   const auto shard_bytes = [&](std::size_t count, std::size_t size) {
     return (count / std::size_t(p) + (std::size_t(r) < count % std::size_t(p))) * size;
   };
-  const auto direct_path = [&](std::size_t traffic, std::size_t copies, std::size_t shard, const char* what) {
-    const std::size_t made = dev.memory_traffic() - traffic, expected = 2 * std::size_t(p) * shard;
+  // An allreduce's pass reads its shard of p inputs and writes it into p outputs.
+  const auto least = [&](std::size_t shard) { return 2 * std::size_t(p) * shard; };
+  const auto direct_path = [&](std::size_t traffic, std::size_t copies, std::size_t expected, const char* what) {
+    const std::size_t made = dev.memory_traffic() - traffic;
     const bool direct = !provider_moves;
     if (direct ? made == expected && dev.host_copies() == copies : dev.host_copies() > copies) return 0;
     std::printf("rank %d: gdraa %s made %zu bytes of device memory traffic (%zu expected) and %zu copies through host "
@@ -165,7 +167,7 @@ MIMATRIX_SCENARIO(shared_collectives) {
   for (bool in_place : {true, false}) {
     const std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
     wrong += late_allreduce(mesh, "gdraa", in_place);
-    wrong += direct_path(traffic, copies, shard_bytes(n, sizeof(std::int64_t)), in_place ? "in place" : "");
+    wrong += direct_path(traffic, copies, least(shard_bytes(n, sizeof(std::int64_t))), in_place ? "in place" : "");
   }
   {  // avg: the division folds into the pass; fewer elements than ranks leave shards empty
     for (std::size_t count : {std::size_t(1001), std::size_t(p - 1)}) {
@@ -173,7 +175,7 @@ MIMATRIX_SCENARIO(shared_collectives) {
       const std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
       mesh.allreduce(mean.data(), mean.data(), count, dtype::float32, reduce::op_kind::avg, on(s, "gdraa")).wait();
       for (std::size_t i = 0; i < count; ++i) wrong += mean[i] != float(p + 1) / 2;
-      wrong += direct_path(traffic, copies, shard_bytes(count, sizeof(float)), "avg");
+      wrong += direct_path(traffic, copies, least(shard_bytes(count, sizeof(float))), "avg");
     }
   }
   // With no algorithm named, automatic takes that one pass on the ring topology too; where
@@ -181,17 +183,38 @@ MIMATRIX_SCENARIO(shared_collectives) {
   for (bool in_place : {true, false}) {
     const std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
     wrong += late_allreduce(coll, "", in_place);
-    if (!provider_moves) wrong += direct_path(traffic, copies, shard_bytes(n, sizeof(std::int64_t)), "by automatic");
+    if (!provider_moves) wrong += direct_path(traffic, copies, least(shard_bytes(n, sizeof(std::int64_t))), "by automatic");
   }
-  {
-    const std::size_t copies = dev.host_copies();
-    device_array<std::int32_t> mine(dev, 700, r), all(dev, 700 * std::size_t(p));
-    mesh.allgather(mine.data(), all.data(), 700, dtype::int32, on(s, "gdraa")).wait();
-    for (std::size_t i = 0; i < all.size(); ++i) wrong += all[i] != std::int32_t(i / 700);
-    // Staged; without an RMA window it is lowered to messages, and peers read its memory.
+  // Its reduce-scatter and allgather too, built with both synchronizations there
+  // (gdraa::build_on_shared_device): rank j's pass reads block j of every input into its
+  // output, or its input into block j of every output, p+1 blocks a rank (an allgather in
+  // place p); named on the mesh, or automatic's choice on the ring (3 ranks here). Where the provider moves device
+  // memory, GDRAA's one-sided writes stage through host memory while there is an RMA
+  // window, and are lowered to messages that the provider moves without one.
+  constexpr std::size_t b = 700;
+  const std::size_t block_bytes = b * sizeof(std::int32_t), one_pass = std::size_t(p + 1) * block_bytes;
+  const auto scatter_and_gather = [&](auto& with, const char* algorithm, bool in_place, const char* what) {
+    device_array<std::int32_t> whole(dev, b * std::size_t(p), -1), block(dev, b, -1);
+    std::int32_t* own = in_place ? whole.data() + std::size_t(r) * b : block.data();
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i) + r;
+    std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
+    with.reduce_scatter(whole.data(), own, b, dtype::int32, reduce::op_kind::sum, on(s, algorithm)).wait();
+    for (std::size_t i = 0; i < b; ++i) wrong += own[i] != p * std::int32_t(std::size_t(r) * b + i) + p * (p - 1) / 2;
+    if (!provider_moves) wrong += direct_path(traffic, copies, one_pass, what);
     const bool window = comm.transport().window_bytes() > 0;
-    wrong += window == (dev.host_copies() == copies);
-  }
+    if (provider_moves && *algorithm) wrong += window == (dev.host_copies() == copies);
+    for (std::size_t i = 0; i < b; ++i) own[i] = std::int32_t(r) * 1000 + std::int32_t(i);
+    traffic = dev.memory_traffic();
+    copies = dev.host_copies();
+    with.allgather(own, whole.data(), b, dtype::int32, on(s, algorithm)).wait();
+    for (std::size_t i = 0; i < whole.size(); ++i) wrong += whole[i] != std::int32_t(i / b) * 1000 + std::int32_t(i % b);
+    // In place, the own block is in place already: p blocks.
+    if (!provider_moves) wrong += direct_path(traffic, copies, one_pass - (in_place ? block_bytes : 0), what);
+    if (provider_moves && *algorithm) wrong += window == (dev.host_copies() == copies);
+  };
+  scatter_and_gather(mesh, "gdraa", false, "reduce-scatter/allgather");
+  scatter_and_gather(mesh, "gdraa", true, "reduce-scatter/allgather in place");
+  scatter_and_gather(coll, "", true, "reduce-scatter/allgather by automatic");
 
   dev.free_stream(s.handle);
   if (wrong == 0) std::printf("rank %d: shared device calls exact\n", r);
@@ -235,11 +258,12 @@ MIMATRIX_SCENARIO(unregistrable_buffer) {
       {.lag = 0us, .device_memory_only = true, .network = {device::network_memory::interface::cuda, 0}}, false);
 }
 
-// GDRAA's allreduce on peers' memory: the last rank dies after it has told the others
-// where its buffers lie (sync 1) and before its pass has run (its stream lags). The
-// others' passes write into its memory, which stays mapped; their call fails within its
-// deadline, naming the dead rank, instead of waiting for sync 2; their stream goes on.
-MIMATRIX_SCENARIO(direct_peer_dies) {
+// GDRAA's allreduce (or reduce-scatter) on peers' memory: the last rank dies after it has
+// told the others where its buffers lie (sync 1) and before its pass has run (its stream
+// lags). The others' passes read (and an allreduce's write into) its memory, which stays
+// mapped; their call fails within its deadline, naming the dead rank, instead of waiting
+// for sync 2; their stream goes on.
+int direct_call_where_a_peer_dies(bool scatter) {
   std::optional<device::host_port> port;  // made once the rank is known, and outlives the communicator
   communicator<fabric> comm;
   const int p = comm.size(), r = comm.rank();
@@ -247,15 +271,21 @@ MIMATRIX_SCENARIO(direct_peer_dies) {
                                                                     .device_memory_only = true});
   collectives<fabric, topology::mesh> mesh(comm);
   const device::stream s{&dev, dev.make_stream()};
-  device_array<std::int32_t> data(dev, 4096, 1);
+  constexpr std::size_t n = 4096;
+  device_array<std::int32_t> data(dev, n * std::size_t(p), 1);
   std::vector<std::int32_t> seen;
   std::string what = "succeeded";
+  const auto call = [&](const call_options& o) {
+    std::int32_t* in = data.data();
+    return scatter ? mesh.reduce_scatter(in, in + std::size_t(r) * n, n, dtype::int32, reduce::op_kind::sum, o)
+                   : mesh.allreduce(in, in, n, dtype::int32, reduce::op_kind::sum, o);
+  };
   try {
-    mesh.allreduce(data.data(), data.data(), 4096, dtype::int32, reduce::op_kind::sum, on(s, "gdraa")).wait();
+    call(on(s, "gdraa")).wait();
     dev.synchronize(s.handle);  // the next call's input is ready at once: its sync 1 goes out at once
     call_options bounded = on(s, "gdraa");
     bounded.timeout = 3000ms;
-    auto pending = mesh.allreduce(data.data(), data.data(), 4096, dtype::int32, reduce::op_kind::sum, bounded);
+    auto pending = call(bounded);
     if (r == p - 1) {
       std::this_thread::sleep_for(150ms);  // sync 1 is out; the pass waits 600 ms behind two lags
       ::kill(::getpid(), SIGKILL);
@@ -270,6 +300,9 @@ MIMATRIX_SCENARIO(direct_peer_dies) {
   std::printf("rank %d: %s (the stream went on: %s)\n", r, what.c_str(), seen.size() == 4 ? "yes" : "no");
   return what != "succeeded" && seen.size() == 4 ? 0 : 1;
 }
+
+MIMATRIX_SCENARIO(direct_peer_dies) { return direct_call_where_a_peer_dies(false); }
+MIMATRIX_SCENARIO(direct_peer_dies_in_reduce_scatter) { return direct_call_where_a_peer_dies(true); }
 
 // GDRAA's allreduce on peers' memory where rank 1 passes another count: every rank fails
 // with a mismatch instead of reducing shards that do not line up, and over shm the call
@@ -333,12 +366,14 @@ TEST_P(device_sharing, a_buffer_no_peer_can_open_fails_every_rank_and_is_named) 
 }
 
 TEST_P(device_sharing, a_peer_dead_in_a_direct_gdraa_call_fails_the_others_in_time_naming_it) {
-  const auto result = test::run_ranks(3, GetParam(), "direct_peer_dies", mailboxes_on, 60s);
-  for (int r = 0; r < 2; ++r) {
-    const std::string& out = result.output[std::size_t(r)];
-    EXPECT_NE(out.find("CAUGHT"), std::string::npos) << test::all_output(result);
-    EXPECT_NE(out.find("rank 2"), std::string::npos) << test::all_output(result);
-    EXPECT_NE(out.find("the stream went on: yes"), std::string::npos) << test::all_output(result);
+  for (const char* scenario : {"direct_peer_dies", "direct_peer_dies_in_reduce_scatter"}) {
+    const auto result = test::run_ranks(3, GetParam(), scenario, mailboxes_on, 60s);
+    for (int r = 0; r < 2; ++r) {
+      const std::string& out = result.output[std::size_t(r)];
+      EXPECT_NE(out.find("CAUGHT"), std::string::npos) << scenario << "\n" << test::all_output(result);
+      EXPECT_NE(out.find("rank 2"), std::string::npos) << scenario << "\n" << test::all_output(result);
+      EXPECT_NE(out.find("the stream went on: yes"), std::string::npos) << scenario << "\n" << test::all_output(result);
+    }
   }
 }
 

@@ -216,13 +216,18 @@ class basic_automatic {
 
   /// What build_on_shared_device would choose: as `decide` (which checks the rules), except
   /// that an allreduce with no MIMATRIX_ALGO rule of its own takes GDRAA, if it is a
-  /// candidate. The network's predictions say nothing there, so the decision has none.
+  /// candidate, and so do a reduce-scatter and an allgather on more than two ranks. On
+  /// two, the ring's are one step where the pass synchronizes twice, for the same traffic
+  /// (reduce-scatter) or a quarter less (allgather). The network's predictions say
+  /// nothing there, so the decision has none.
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)
   decision decide_on_shared_device(const Topology& topo, const schedule::descriptor& desc) const {
     decision d = decide(topo, desc);
     if constexpr (gdraa_index < sizeof...(Candidates)) {
-      if (desc.kind == schedule::collective::allreduce && desc.size > 1 && d.why != decision::reason::override) {
+      const bool pays = desc.kind == schedule::collective::allreduce ? desc.size > 1
+                        : desc.kind != schedule::collective::broadcast && desc.size > 2;
+      if (pays && d.why != decision::reason::override) {
         d.topology = topology::mesh::name;
         d.chosen = gdraa::name;
         d.chosen_index = gdraa_index;
@@ -236,18 +241,21 @@ class basic_automatic {
   /// The schedule for a call on device memory that every rank reaches
   /// (transport::reaches_peers_device_memory: threads of one process, or processes of one
   /// node through CUDA IPC). There every rank reaches every other, whatever the network's
-  /// topology, and memory traffic decides: GDRAA's allreduce runs as one pass a rank, 2p
-  /// buffers of traffic where ring and halving-doubling make 2.5p and recursive doubling
-  /// 3p (docs/device.md). A MIMATRIX_ALGO rule that matches the call still wins, and the
-  /// other collectives are chosen as by `build`.
+  /// topology, and memory traffic decides: GDRAA's collectives run as one pass a rank.
+  /// Its allreduce makes 2p buffers of traffic where ring and halving-doubling make 2.5p
+  /// and recursive doubling 3p; its reduce-scatter p+1 blocks a rank where the ring makes
+  /// 3(p-1); its allgather p+1 blocks where the ring makes 2p (docs/device.md). A
+  /// MIMATRIX_ALGO rule that matches the call still wins; a broadcast, and a
+  /// reduce-scatter or allgather on two ranks, are chosen as by `build`
+  /// (decide_on_shared_device).
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)
   schedule::schedule build_on_shared_device(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     if constexpr (gdraa_index < sizeof...(Candidates)) {
       const decision d = decide_on_shared_device(topo, desc);
-      if (d.why == decision::reason::memory) {
+      if (d.chosen_index == gdraa_index) {  // also when a rule or call_options::algorithm names it
         log_decision(d, rank);
-        return std::get<gdraa_index>(candidates_).build(topology::mesh{}, desc, rank);
+        return std::get<gdraa_index>(candidates_).build_on_shared_device(topology::mesh{}, desc, rank);
       }
     }
     return build(topo, desc, rank);

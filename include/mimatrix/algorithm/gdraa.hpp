@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -58,9 +59,38 @@ class gdraa {
     if (desc.count == 0) return std::move(b).build();
     switch (desc.kind) {
       case schedule::collective::allreduce: build_allreduce(b); break;
-      case schedule::collective::reduce_scatter: build_reduce_scatter(b); break;
+      case schedule::collective::reduce_scatter: (void)build_reduce_scatter(b); break;
       case schedule::collective::allgather: build_allgather(b); break;
       case schedule::collective::broadcast: build_broadcast(b); break;
+    }
+    return std::move(b).build();
+  }
+
+  /// The schedules for device memory that every rank reaches (threads of one process, or
+  /// processes of one node through CUDA IPC), where each rank runs its part as one pass
+  /// over the others' memory (transport/direct_collective.hpp). Every collective there
+  /// needs both synchronizations: sync 1 says where a rank's buffers lie, and that its
+  /// stream has reached the call; sync 2, that a pass which reads or writes them has run.
+  /// Allreduce has both already. Reduce-scatter gains sync 2 (the owner of a block has
+  /// read it, so its holder may reuse its input); allgather gains sync 1 (a rank's output
+  /// may be written). On host memory these would be one needless synchronization more,
+  /// so build() leaves them out. Broadcast is build()'s.
+  schedule::schedule build_on_shared_device(const topology::mesh& topo, const schedule::descriptor& desc,
+                                            int rank) const {
+    const bool extended = desc.kind == schedule::collective::reduce_scatter || desc.kind == schedule::collective::allgather;
+    if (!extended || desc.count == 0 || desc.size == 1) return build(topo, desc, rank);
+    topo.check(desc.size);
+    schedule::builder b(desc, rank, name);
+    const int p = b.size(), r = b.rank();
+    if (desc.kind == schedule::collective::reduce_scatter) {
+      const schedule::step_id done = build_reduce_scatter(b);
+      for (int j = 0; j < p; ++j)
+        if (j != r) b.notify(j, sync_2, {done});
+      b.wait(sync_2, static_cast<std::uint32_t>(p - 1));
+    } else {
+      for (int j = 0; j < p; ++j)
+        if (j != r) b.notify(j, sync_1);
+      build_allgather(b, b.wait(sync_1, static_cast<std::uint32_t>(p - 1)));
     }
     return std::move(b).build();
   }
@@ -114,22 +144,24 @@ class gdraa {
     b.wait(sync_2, static_cast<std::uint32_t>(p - 1));
   }
 
-  static void build_reduce_scatter(schedule::builder& b) {
+  /// Returns the finalize of this rank's block.
+  static schedule::step_id build_reduce_scatter(schedule::builder& b) {
     const auto& d = b.desc();
     const std::size_t bytes = d.count * d.elem_size;
-    reduce_own_shard(b, [&](int j) { return region{buffer::input, static_cast<std::size_t>(j) * bytes, bytes}; },
+    return reduce_own_shard(b, [&](int j) { return region{buffer::input, static_cast<std::size_t>(j) * bytes, bytes}; },
                      [&](int) { return bytes; }, region{buffer::output, 0, bytes});
   }
 
-  /// Phase B alone: this rank's input lands in block `rank` of every peer's output.
-  static void build_allgather(schedule::builder& b) {
+  /// Phase B alone: this rank's input lands in block `rank` of every peer's output, after
+  /// `ready` (sync 1 on device memory every rank reaches) where there is one.
+  static void build_allgather(schedule::builder& b, std::optional<schedule::step_id> ready = std::nullopt) {
     const auto& d = b.desc();
     const int p = b.size(), r = b.rank();
     const std::size_t bytes = d.count * d.elem_size;
     const region in{buffer::input, 0, bytes}, own{buffer::output, static_cast<std::size_t>(r) * bytes, bytes};
     // In place the copy rewrites the input (block `rank` of the output) with itself: the
     // writes read it only after that.
-    const auto copied = b.copy(in, own);
+    const auto copied = ready ? b.copy(in, own, {*ready}) : b.copy(in, own);
     for (int j = 0; j < p; ++j)
       if (j != r) b.write(j, sync_2, in, own, {copied});
     if (p > 1) b.wait(sync_2, static_cast<std::uint32_t>(p - 1));

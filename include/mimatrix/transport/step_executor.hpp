@@ -23,7 +23,7 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/device_steps.hpp"
-#include "mimatrix/transport/direct_allreduce.hpp"
+#include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/host_staging.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"
@@ -116,9 +116,9 @@ class step_executor : public execution {
     mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
-  /// The call is GDRAA's allreduce on device memory every rank reaches: its local steps
-  /// run as `d` says; the transport carries its two synchronizations (direct_allreduce.hpp).
-  void run_directly(direct_allreduce& d) { direct_ = &d; }
+  /// The call is a GDRAA collective on device memory every rank reaches: its local steps
+  /// run as `d` says; the transport carries its two synchronizations (direct_collective.hpp).
+  void run_directly(direct_collective& d) { direct_ = &d; }
   /// Where the transport's part of the device scratch begins (run_on_device's extra).
   std::size_t scratch_end() const { return (plan_->scratch_bytes + 255) / 256 * 256; }
   /// The call's buffers are device memory of `caller`'s port, which this transport moves
@@ -220,7 +220,7 @@ class step_executor : public execution {
   signature sig_;
   std::chrono::milliseconds timeout_;
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
-  direct_allreduce* direct_ = nullptr;  // run_directly(); last, apart from what every round reads
+  direct_collective* direct_ = nullptr;  // run_directly(); last, apart from what every round reads
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this

@@ -177,10 +177,11 @@ TEST(automatic, the_decision_prints_its_choice_reason_and_predictions) {
 }
 
 // On device memory that every rank reaches, every rank is a neighbour of every other and
-// memory traffic decides: an allreduce takes GDRAA's one pass a rank (2p buffers, where
-// the ring makes 2.5p), on the user's topology too. A rule for the call, the other
-// collectives, and an automatic without GDRAA choose as on host memory.
-TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass_for_allreduce) {
+// memory traffic decides: an allreduce, reduce-scatter or allgather takes GDRAA's one pass
+// a rank (an allreduce's 2p buffers, where the ring makes 2.5p), on the user's topology
+// too. A rule for the call, a broadcast, one rank, a reduce-scatter or allgather on two,
+// and an automatic without GDRAA choose as on host memory.
+TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass) {
   ::unsetenv("MIMATRIX_ALGO");
   const algorithm::automatic a{algorithm::automatic_settings{}};
   for (std::size_t bytes : {std::size_t(8), std::size_t(64) << 20}) {
@@ -198,9 +199,28 @@ TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass_for_allre
             "allreduce of 8 bytes on 4 ranks (topology mesh): gdraa, the least memory traffic on device memory "
             "every rank reaches");
 
+  // Reduce-scatter and allgather take GDRAA's pass too, built with both synchronizations
+  // (gdraa::build_on_shared_device): four waits' worth of flags where build() has one.
   const schedule::descriptor scatter{collective::reduce_scatter, 4, 1000, 4, 0};
   const schedule::descriptor gather{collective::allgather, 4, 1000, 4, 0};
-  for (const auto& d : {scatter, gather, allreduce_of(1, 4096)}) {
+  for (const auto& d : {scatter, gather}) {
+    EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).chosen, "gdraa") << schedule::to_string(d.kind);
+    EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).why, algorithm::decision::reason::memory);
+    const schedule::schedule s = a.build_on_shared_device(topology::ring{}, d, 2);
+    EXPECT_EQ(s.algorithm, "gdraa");
+    std::vector<std::uint32_t> waited;
+    for (const schedule::step& st : s.steps)
+      if (st.kind == schedule::step_kind::wait) waited.push_back(st.tag);
+    EXPECT_EQ(waited, (std::vector<std::uint32_t>{algorithm::gdraa::sync_1, algorithm::gdraa::sync_2}))
+        << schedule::to_string(d.kind);
+    EXPECT_NE(a.decide(topology::ring{}, d).chosen, "gdraa");
+  }
+  // On two ranks the ring's reduce-scatter and allgather are one step, the pass two
+  // synchronizations: the same traffic for reduce-scatter, a quarter less for allgather.
+  const schedule::descriptor cast{collective::broadcast, 4, 1000, 4, 1};
+  const schedule::descriptor scatter_2{collective::reduce_scatter, 2, 1 << 20, 4, 0};
+  const schedule::descriptor gather_2{collective::allgather, 2, 1 << 20, 4, 0};
+  for (const auto& d : {cast, allreduce_of(1, 4096), scatter_2, gather_2}) {
     EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).chosen, a.decide(topology::ring{}, d).chosen);
     EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).why, algorithm::decision::reason::model);
   }

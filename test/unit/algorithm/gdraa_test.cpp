@@ -1,10 +1,13 @@
-// GDRAA schedules proved by the verifier for p = 1..64, in place and out of place, and
-// the shape the paper promises: two synchronizations, no send or recv.
+// GDRAA schedules proved by the verifier for p = 1..64, in place and out of place, those
+// for device memory every rank reaches too, and the shape the paper promises: two
+// synchronizations, no send or recv.
 #include "mimatrix/algorithm/gdraa.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -23,7 +26,18 @@ std::vector<schedule::schedule> build_group(const schedule::descriptor& d) {
   return test::build_group(algorithm::gdraa{}, topology::mesh{}, d);
 }
 
-void expect_proved(const schedule::descriptor& d) { test::expect_proved(algorithm::gdraa{}, topology::mesh{}, d); }
+/// GDRAA's schedules for device memory that every rank reaches, as the checks build them.
+struct gdraa_on_shared_device {
+  static constexpr std::string_view name = "gdraa (build_on_shared_device)";
+  schedule::schedule build(const topology::mesh& t, const schedule::descriptor& d, int r) const {
+    return algorithm::gdraa{}.build_on_shared_device(t, d, r);
+  }
+};
+
+void expect_proved(const schedule::descriptor& d) {
+  test::expect_proved(algorithm::gdraa{}, topology::mesh{}, d);
+  test::expect_proved(gdraa_on_shared_device{}, topology::mesh{}, d);
+}
 
 class gdraa_verified : public ::testing::TestWithParam<int> {};
 
@@ -97,6 +111,36 @@ TEST(gdraa, the_other_collectives_synchronize_once) {
     EXPECT_EQ(shape_of(algorithm::gdraa{}.build({}, {collective::broadcast, p, 10, 4, 0}, 1)).waits, 1);
     EXPECT_EQ(shape_of(algorithm::gdraa{}.build({}, {collective::broadcast, p, 10, 4, 0}, 0)).writes, p - 1);
   }
+}
+
+// On device memory that every rank reaches each rank runs its part as one pass over the
+// others' memory, so every collective but broadcast needs both synchronizations: sync 1
+// (where a rank's buffers lie) before the pass, sync 2 (the pass has run) after it. The
+// reduce-scatter's and allgather's gain a notify to every peer; the allreduce is build()'s.
+TEST(gdraa, on_shared_device_memory_every_collective_but_broadcast_synchronizes_twice) {
+  const algorithm::gdraa g;
+  for (int p : {2, 7})
+    for (int r : {0, p - 1}) {
+      for (collective kind : {collective::reduce_scatter, collective::allgather}) {
+        const auto s = g.build_on_shared_device({}, {kind, p, 10, 4, 0}, r);
+        std::vector<std::uint32_t> waited;
+        int notifies = 0;
+        for (const auto& st : s.steps) {
+          if (st.kind == step_kind::wait) waited.push_back(st.tag);
+          notifies += st.kind == step_kind::notify;
+        }
+        EXPECT_EQ(waited, (std::vector<std::uint32_t>{algorithm::gdraa::sync_1, algorithm::gdraa::sync_2}))
+            << schedule::to_text(s);
+        EXPECT_EQ(notifies, p - 1);
+        EXPECT_EQ(shape_of(s).writes, p - 1);
+        EXPECT_EQ(shape_of(s).messages, 0);
+      }
+      const schedule::descriptor all{collective::allreduce, p, 10, 4, 0}, cast{collective::broadcast, p, 10, 4, 1};
+      EXPECT_EQ(schedule::to_text(g.build_on_shared_device({}, all, r)), schedule::to_text(g.build({}, all, r)));
+      EXPECT_EQ(schedule::to_text(g.build_on_shared_device({}, cast, r)), schedule::to_text(g.build({}, cast, r)));
+    }
+  const schedule::descriptor one{collective::allgather, 1, 10, 4, 0};
+  EXPECT_EQ(schedule::to_text(g.build_on_shared_device({}, one, 0)), schedule::to_text(g.build({}, one, 0)));
 }
 
 TEST(gdraa, is_the_default_on_a_mesh) {

@@ -115,7 +115,7 @@ std::size_t allreduce_traffic(int p, Topology topo, const std::string& algorithm
 }
 
 // GDRAA's allreduce on device memory that every rank reaches runs as one pass a rank
-// (direct_allreduce.hpp): the ranks' work reads each input once and writes each output
+// (direct_collective.hpp): the ranks' work reads each input once and writes each output
 // once, 2p buffers in all, where the ring makes more; fewer elements than ranks leave
 // shards empty.
 TEST(device_steps, gdraa_makes_the_least_memory_traffic_on_device_buffers) {
@@ -170,6 +170,77 @@ TEST(device_steps, automatic_takes_the_least_memory_traffic_on_device_buffers_on
     EXPECT_EQ(ran[2], "gdraa");
     dev.free_stream(s);
   });
+}
+
+/// The device memory traffic of an int64 sum reduce-scatter or allgather of blocks of `n`
+/// elements on `p` ranks sharing one host "device", all ranks together; checks the result.
+template <class Topology>
+std::size_t scatter_or_gather_traffic(schedule::collective kind, int p, Topology topo, const std::string& algorithm,
+                                      std::size_t n, bool in_place) {
+  device::host_port dev(late(5us));
+  const bool scatter = kind == schedule::collective::reduce_scatter;
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc, Topology> coll(comm, topo);
+    const device::stream_handle s = dev.make_stream();
+    device_array<std::int64_t> whole(dev, n * std::size_t(p), -1), block(dev, n, -1);
+    std::int64_t* own = in_place ? whole.data() + std::size_t(r) * n : block.data();
+    if (scatter) {
+      for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = test::small_value(r, i);
+      coll.reduce_scatter(whole.data(), own, n, dtype::int64, reduce::op_kind::sum, on(dev, s, algorithm)).wait();
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(own[i], test::reduced_small_values(reduce::op_kind::sum, p, std::size_t(r) * n + i, true))
+            << algorithm << ", rank " << r << ", " << i;
+    } else {
+      for (std::size_t i = 0; i < n; ++i) own[i] = std::int64_t(r) * 1000003 + std::int64_t(i);
+      coll.allgather(own, whole.data(), n, dtype::int64, on(dev, s, algorithm)).wait();
+      for (std::size_t i = 0; i < whole.size(); ++i)
+        ASSERT_EQ(whole[i], std::int64_t(i / n) * 1000003 + std::int64_t(i % n)) << algorithm << ", rank " << r << ", " << i;
+    }
+    dev.free_stream(s);
+  });
+  return dev.memory_traffic();
+}
+
+// GDRAA's reduce-scatter and allgather on device memory that every rank reaches run as one
+// pass a rank too (direct_collective.hpp), built with both synchronizations
+// (gdraa::build_on_shared_device): rank j reads block j of every input into its output, or
+// its input into block j of every output, p+1 blocks a rank (an allgather in place p).
+// The ring makes more from 3 ranks on, where automatic takes the pass on every topology;
+// a MIMATRIX_ALGO rule still wins.
+TEST(device_steps, gdraas_reduce_scatter_and_allgather_run_as_one_pass_on_device_buffers) {
+  using schedule::collective;
+  for (collective kind : {collective::reduce_scatter, collective::allgather})
+    for (int p : {2, 3, 5})
+      for (std::size_t n : {std::size_t(1001), std::size_t(1)}) {
+        const std::string what = std::string(schedule::to_string(kind)) + " on " + std::to_string(p) + " ranks, " +
+                                 std::to_string(n) + " elements a block";
+        for (bool in_place : {false, true}) {
+          // An allgather in place has its own block in place already: p blocks a rank.
+          const bool gather_in_place = in_place && kind == collective::allgather;
+          const std::size_t least = std::size_t(p) * std::size_t(p + !gather_in_place) * n * sizeof(std::int64_t);
+          EXPECT_EQ(scatter_or_gather_traffic(kind, p, topology::mesh{}, "gdraa", n, in_place), least)
+              << what << (in_place ? ", in place" : "");
+          // Automatic takes the pass from 3 ranks on (on 2 the ring is one step).
+          const std::size_t automatic = scatter_or_gather_traffic(kind, p, topology::ring{}, "", n, in_place);
+          if (p > 2) {
+            EXPECT_EQ(automatic, least) << what << ", automatic" << (in_place ? ", in place" : "");
+          }
+        }
+        const std::size_t least = std::size_t(p) * std::size_t(p + 1) * n * sizeof(std::int64_t);
+        if (p > 2) {
+          EXPECT_EQ(scatter_or_gather_traffic(kind, p, topology::bigraph{}, "", n, false), least) << what;
+        }
+        const std::size_t ring = scatter_or_gather_traffic(kind, p, topology::ring{}, "ring", n, false);
+        if (p > 2) {
+          EXPECT_GT(ring, least) << what << ", ring";
+        }
+        std::printf("%s: ring %zu bytes, one pass %zu\n", what.c_str(), ring, least);
+      }
+  ::setenv("MIMATRIX_ALGO", "allgather:ring", 1);
+  EXPECT_GT(scatter_or_gather_traffic(collective::allgather, 3, topology::ring{}, "", 1001, false),
+            std::size_t(3 * 4 * 1001 * 8)) << "the rule's ring";
+  ::unsetenv("MIMATRIX_ALGO");
 }
 
 TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_buffers) {
@@ -255,6 +326,32 @@ TEST(device_steps, calls_in_flight_on_one_callers_stream_all_finish_exactly) {
       for (auto& q : pending) q.wait();
       dev.free_stream(s);
     });
+  // GDRAA's reduce-scatter and allgather passes (automatic's choice here), interleaved on
+  // one stream: each call's sync 1 waits for the stream to reach that call.
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    std::vector<std::unique_ptr<device_array<std::int64_t>>> whole, block;
+    std::vector<request> pending;
+    for (int c = 0; c < calls; ++c) {
+      whole.push_back(std::make_unique<device_array<std::int64_t>>(dev, n * p));
+      block.push_back(std::make_unique<device_array<std::int64_t>>(dev, n));
+      auto& all = *whole.back();
+      auto& mine = *block.back();
+      for (std::size_t i = 0; i < all.size(); ++i) all[i] = std::int64_t(i) * (r + 1) + c;
+      // The allgather gathers what the reduce-scatter queued before it on the stream wrote.
+      pending.push_back(coll.reduce_scatter(all.data(), mine.data(), n, dtype::int64, reduce::op_kind::sum, on(dev, s)));
+      pending.push_back(coll.allgather(mine.data(), all.data(), n, dtype::int64, on(dev, s)));
+    }
+    dev.synchronize(s);
+    for (int c = 0; c < calls; ++c)
+      for (std::size_t i = 0; i < n * p; ++i)
+        ASSERT_EQ((*whole[std::size_t(c)])[i], std::int64_t(i) * (p * (p + 1) / 2) + p * c)
+            << "reduce-scatter then allgather, call " << c << ", element " << i;
+    for (auto& q : pending) q.wait();
+    dev.free_stream(s);
+  });
 }
 
 // Rank 1 never calls: rank 0's call times out, and the work queued after it on its stream

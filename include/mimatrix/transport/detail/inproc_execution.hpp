@@ -3,8 +3,8 @@
 // mailbox; the receiver matches it, reads the sender's memory and releases it. One-sided
 // writes addressed to this rank are applied here, by the target, while it runs the call
 // they belong to. On device memory (device_steps.hpp) a receiver's copy runs on its stream,
-// and the sender is released once that copy is done; GDRAA's allreduce there runs as one
-// pass a rank over the others' memory (direct_allreduce.hpp), its writes only saying where.
+// and the sender is released once that copy is done; GDRAA's collectives there run as one
+// pass a rank over the others' memory (direct_collective.hpp), sync 1 only saying where.
 #pragma once
 
 #include <chrono>
@@ -23,7 +23,7 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
-#include "mimatrix/transport/direct_allreduce.hpp"
+#include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::detail {
@@ -42,7 +42,7 @@ class inproc_execution final : public step_executor {
         rank_(rank),
         sends_(std::make_unique<posted_send[]>(this->plan().steps.size())) {
     mem_ = {input, output, nullptr};
-    if (caller && direct_allreduce::fits(this->plan())) {  // threads reach each other's device memory
+    if (caller && direct_collective::fits(this->plan())) {  // threads reach each other's device memory
       direct_.emplace(this->plan());
       run_on_device(*caller, *resources, 0, /*with_scratch=*/false);
       run_directly(*direct_);
@@ -80,8 +80,15 @@ class inproc_execution final : public step_executor {
     ps.data = st.kind == schedule::step_kind::notify ? nullptr : mem_.read(st.src);
     ps.bytes = st.kind == schedule::step_kind::notify ? 0 : st.src.bytes;
     ps.dst = st.dst;
-    // GDRAA's direct allreduce: sync 1 also says where the target's shard lies in this output.
-    ps.out = direct_ && direct_allreduce::sync_of(st) == 0 ? mem_.output + st.src.offset : nullptr;
+    ps.out = nullptr;
+    ps.out_bytes = 0;
+    if (direct_ && direct_->sync_of(st) == 0) {  // where the target's part lies in this input and output
+      const direct_collective::part& part = direct_->offer(st.peer);
+      ps.data = part.input.bytes ? mem_.read(part.input) : nullptr;
+      ps.bytes = part.input.bytes;
+      ps.out = part.output.bytes ? mem_.write(part.output) : nullptr;
+      ps.out_bytes = part.output.bytes;
+    }
     ps.sig = &sig();
     world_.post(st.peer, &ps);
     in_flight_.push_back(id);
@@ -218,10 +225,12 @@ class inproc_execution final : public step_executor {
         what = "rank " + std::to_string(ps->source) + " wrote " + schedule::to_string(ps->dst) +
                ", which is not inside this rank's output (" + std::to_string(plan().desc.output_bytes()) +
                " bytes) or scratch (" + std::to_string(plan().scratch_bytes) + " bytes)";
-      else if (direct_ && ps->tag == direct_->tag(0) && (!ps->out || ps->bytes != direct_->shard_bytes()))
-        what = "rank " + std::to_string(ps->source) + " offered " + std::to_string(ps->bytes) + " bytes" +
-               (ps->out ? "" : " and no output") + " for this rank's shard of " +
-               std::to_string(direct_->shard_bytes()) + " bytes (run every rank on device buffers)";
+      else if (direct_ && ps->tag == direct_->tag(0) &&
+               (ps->bytes != direct_->wanted_input_bytes() || ps->out_bytes != direct_->wanted_output_bytes()))
+        what = "rank " + std::to_string(ps->source) + " offered " + std::to_string(ps->bytes) +
+               " bytes of its input and " + std::to_string(ps->out_bytes) + " of its output where this rank's part is " +
+               std::to_string(direct_->wanted_input_bytes()) + " and " + std::to_string(direct_->wanted_output_bytes()) +
+               " (run every rank on device buffers)";
       if (!what.empty()) {
         // Read the entry before releasing it: the writer may free it at once.
         const error_context where{rank_, ps->source, schedule::to_string(sig().kind),
@@ -298,7 +307,7 @@ class inproc_execution final : public step_executor {
   std::vector<std::pair<schedule::step_id, posted_send*>> matched_;
   std::vector<posted_send*> arrived_;  // writes being applied
   std::vector<posted_send*> held_;     // on device memory: sends whose data a copy still reads, by step
-  std::optional<direct_allreduce> direct_;  // GDRAA's allreduce on device memory, as one pass a rank
+  std::optional<direct_collective> direct_;  // a GDRAA collective on device memory, as one pass a rank
 };
 
 }  // namespace mimatrix::transport::detail

@@ -42,7 +42,8 @@ struct posted_send {
   const std::byte* data = nullptr;
   std::size_t bytes = 0;
   schedule::region dst{};  // write only: in the target's buffers
-  std::byte* out = nullptr;  // sync 1 of a direct allreduce: where the target's shard lies in the writer's output
+  std::byte* out = nullptr;  // sync 1 of a direct collective: where the target's part lies in the writer's output
+  std::size_t out_bytes = 0;
   const signature* sig = nullptr;
   std::atomic<bool> done{false};
 };

@@ -1,13 +1,13 @@
 // The step executor's local work: a local step (reduce, reduce_slots, copy, finalize) and a
 // receive's landing, run on the host at once or queued on the call's device stream (and,
-// for GDRAA's allreduce on memory every rank reaches, as direct_allreduce.hpp's one pass).
+// for GDRAA's collectives on memory every rank reaches, as direct_collective.hpp's one pass).
 // Definitions of step_executor members (step_executor.hpp includes this file last).
 #pragma once
 
 #include <cstring>
 
 #include "mimatrix/core/error.hpp"
-#include "mimatrix/transport/direct_allreduce.hpp"
+#include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport {
@@ -18,8 +18,8 @@ inline bool step_executor::run_local(schedule::step_id id) {
     return true;
   }
   try {
-    using direct = direct_allreduce::local;
-    const direct how = direct_ ? direct_->run(step_at(id), mem_, *device_, plan_->rank) : direct::not_direct;
+    using direct = direct_collective::local;
+    const direct how = direct_ ? direct_->run(step_at(id), mem_, *device_) : direct::not_direct;
     if (how == direct::done) return true;
     if (how == direct::not_direct) device_->run_local(step_at(id), mem_);
   } catch (const error& e) {  // a progress thread must not throw

@@ -10,7 +10,7 @@
 // execution_rings.hpp (mailboxes and bulk rings), execution_one_sided.hpp (RMA writes
 // and flags), execution_shared.hpp (device memory read by peers on this host),
 // execution_device_memory.hpp (device memory the provider moves: FI_HMEM) and
-// execution_direct.hpp (GDRAA's allreduce on peers' device memory), included at the end.
+// execution_direct.hpp (GDRAA's collectives on peers' device memory), included at the end.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -40,7 +40,7 @@
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
-#include "mimatrix/transport/direct_allreduce.hpp"
+#include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::detail::fabric {
@@ -95,7 +95,7 @@ class execution final : public step_executor, private call {
       slot_bytes = stage_every_receive();
     } else if (shared_) {  // device buffers that peers read directly
       run_on_device(*caller, *resources);
-    } else if (direct_) {  // GDRAA's allreduce straight on the peers' device memory
+    } else if (direct_) {  // a GDRAA collective straight on the peers' device memory
       run_on_device(*caller, *resources, 0, /*with_scratch=*/false);
       run_directly(*direct_);
       direct_taken_.assign(std::size_t(this->plan().desc.size), 0);
@@ -155,12 +155,12 @@ class execution final : public step_executor, private call {
     wait(ignored);
   }
 
-  /// The mailbox message of GDRAA's sync 1 on device memory: where the owner's shard lies
+  /// The mailbox message of GDRAA's sync 1 on device memory: where the owner's part lies
   /// in the sender's input and output (writes_peers_directly).
   static constexpr std::size_t direct_sync_bytes() { return 2 * sizeof(shared_region); }
 
-  /// Whether a call of `plan` over `ep` on `port`'s memory is GDRAA's allreduce on device
-  /// memory that its peers reach: it then runs as one pass a rank (direct_allreduce.hpp)
+  /// Whether a call of `plan` over `ep` on `port`'s memory is a GDRAA collective on device
+  /// memory that its peers reach: it then runs as one pass a rank (direct_collective.hpp)
   /// between the two synchronizations, with no RMA window (fabric::runs_as_built).
   static bool writes_peers_directly(const endpoint& ep, const schedule::schedule& plan, const device::port& port);
 
@@ -337,7 +337,8 @@ class execution final : public step_executor, private call {
 
   /// Whether this call's device buffers are read by its peers directly: they are reached
   /// (endpoint::reaches_peers_device_memory), and the schedule has no one-sided step
-  /// (GDRAA's allreduce runs as writes_peers_directly; the others stage through host memory).
+  /// (GDRAA's collectives run as writes_peers_directly, except a broadcast, which stages
+  /// through host memory).
   bool shares_device_memory(device::port& port) const;
 
   /// Exports the call's buffers once; false (the call failed, saying why) where the port
@@ -359,11 +360,10 @@ class execution final : public step_executor, private call {
   /// The sends whose receivers have read them are done; true if any.
   bool take_reads();
 
-  // ---- GDRAA's allreduce on peers' device memory (execution_direct.hpp) -------------
+  // ---- GDRAA's collectives on peers' device memory (execution_direct.hpp) -----------
 
-
-  /// A write of sync 1 tells its target where the target's shard lies in this rank's
-  /// input and output; a write of sync 2, that this rank's pass has run.
+  /// A write or notify of sync 1 tells its target where the target's part lies in this
+  /// rank's input and output; one of sync 2, that this rank's pass has run.
   posted post_direct(schedule::step_id id);
 
   /// Takes each peer's synchronizations in order, opening its blocks and raising flags.
@@ -430,7 +430,7 @@ class execution final : public step_executor, private call {
   std::uint64_t packed_;
   bool shared_ = false;             // device buffers read by peers directly (execution_shared.hpp)
   bool hmem_ = false;               // device buffers the provider moves itself (FI_HMEM)
-  std::optional<direct_allreduce> direct_;  // GDRAA's allreduce on peers' device memory (execution_direct.hpp)
+  std::optional<direct_collective> direct_;  // a GDRAA collective on peers' device memory (execution_direct.hpp)
   std::vector<std::uint8_t> direct_taken_;  // ... by peer: its synchronizations taken (0 to 2)
   device::network_memory port_memory_{};  // how the provider names them, when hmem_
   device::port* port_ = nullptr;     // their port, when shared_
