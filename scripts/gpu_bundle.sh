@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [BUILD] [OUT]: packs what a lent GPU machine runs into OUT (default
-# build/gpu): the CUDA test binaries (the multi-process one among them), allreduce_perf with -G cuda, resnet_train (--device
+# build/gpu): the CUDA test binaries (the multi-process one among them), the perf programs with -G cuda, resnet_train (--device
 # cuda) with its launcher, and the shared libraries
 # they need that such a machine lacks (libfabric and its providers' libraries; it has CUDA,
 # cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes results/ under the
@@ -24,6 +24,8 @@ binaries=(
   examples/02_resnet/resnet_train
   examples/mimatrix-run/mimatrix-run
   benchmark/perf/allreduce_perf
+  benchmark/perf/reduce_scatter_perf
+  benchmark/perf/allgather_perf
 )
 
 for b in "${binaries[@]}"; do
@@ -93,6 +95,13 @@ step train_gpu_1_tf32 "${train[@]}" --tf32
 step train_gpu_2 "$here/bin/mimatrix-run" -n 2 "${train[@]}"
 # Staged through pinned host memory, for comparison.
 MIMATRIX_DEVICE_IPC=0 step perf_staged "${perf[@]}"
+# Reduce-scatter and allgather, 3 ranks sharing the GPU: GDRAA's one pass a rank
+# (automatic's choice there from 3 ranks on) against the ring.
+for c in reduce_scatter allgather; do
+  perf3=("$here/bin/${c}_perf" --ranks 3 --provider shm -G cuda -b 3M -e 192M -f 4 -n 20 -w 5 -c 1)
+  MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3" "${perf3[@]}"
+  MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3_ring" "${perf3[@]}" --algo ring
+done
 RUN
 chmod +x "$out/run.sh"
 du -sh "$out"
