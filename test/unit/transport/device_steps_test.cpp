@@ -176,8 +176,10 @@ TEST(device_steps, automatic_takes_the_least_memory_traffic_on_device_buffers_on
 /// elements on `p` ranks sharing one host "device", all ranks together; checks the result.
 template <class Topology>
 std::size_t scatter_or_gather_traffic(schedule::collective kind, int p, Topology topo, const std::string& algorithm,
-                                      std::size_t n, bool in_place) {
-  device::host_port dev(late(5us));
+                                      std::size_t n, bool in_place, bool one_pass = true) {
+  device::host_port::settings settings = late(5us);
+  settings.reduce_many_in_one_pass = one_pass;  // false: the port's default, combines and copies
+  device::host_port dev(settings);
   const bool scatter = kind == schedule::collective::reduce_scatter;
   transport::run_inproc(p, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);
@@ -237,6 +239,10 @@ TEST(device_steps, gdraas_reduce_scatter_and_allgather_run_as_one_pass_on_device
         }
         std::printf("%s: ring %zu bytes, one pass %zu\n", what.c_str(), ring, least);
       }
+  // The port's default reduce_many (a CUDA port's past 8 operands) aliases as the kernel
+  // does: in place, exact on every rank.
+  for (collective kind : {collective::reduce_scatter, collective::allgather})
+    (void)scatter_or_gather_traffic(kind, 5, topology::mesh{}, "gdraa", 33, true, /*one_pass=*/false);
   ::setenv("MIMATRIX_ALGO", "allgather:ring", 1);
   EXPECT_GT(scatter_or_gather_traffic(collective::allgather, 3, topology::ring{}, "", 1001, false),
             std::size_t(3 * 4 * 1001 * 8)) << "the rule's ring";
