@@ -4,7 +4,8 @@
 // pinned host memory. Every algorithm (gdraa's allreduce over IPC as one pass a rank into
 // every peer's output, also as automatic's choice), dtype and op, exact on small integers; a late
 // producer kernel before each call and a consumer copy after it, with only the stream
-// synchronized; reduce-scatter, allgather and broadcast; a rank that dies fails the
+// synchronized; reduce-scatter, allgather (GDRAA's as one pass a rank too, every dtype and
+// op) and broadcast; a rank that dies fails the
 // others' call, whose stream then goes on.
 #include <signal.h>
 #include <unistd.h>
@@ -99,7 +100,48 @@ MIMATRIX_SCENARIO(cuda_collectives) {
           }
         });
 
-  // Reduce-scatter, allgather, and a broadcast cut into chunks, on int32.
+  // GDRAA's reduce-scatter and allgather over IPC, in place, as one pass a rank (one
+  // destination of p sources, and one source into p destinations): every dtype and op.
+  for (const dtype t : test::all_dtypes)
+    test::with_dtype(t, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      constexpr std::size_t b = 1001;
+      T* h = static_cast<T*>(buf.host);
+      T* d = static_cast<T*>(buf.device);
+      T* own = d + std::size_t(r) * b;
+      for (const reduce::op_kind op : all_ops) {
+        for (std::size_t i = 0; i < b * std::size_t(p); ++i) h[i] = T(static_cast<float>(test::small_value(r, i)));
+        dev->copy(s.handle, d, h, b * std::size_t(p) * sizeof(T));
+        mesh.reduce_scatter(d, own, b, t, op, on(s, "gdraa")).wait();
+        dev->copy(s.handle, h, own, b * sizeof(T));
+        dev->synchronize(s.handle);
+        for (std::size_t i = 0; i < b; ++i) {
+          const double exact = test::reduced_small_values(op, p, std::size_t(r) * b + i, std::is_integral_v<T>);
+          const double want = std::is_same_v<T, double> ? exact : test::to_double(T(static_cast<float>(exact)));
+          if (test::to_double(h[i]) == want) continue;
+          std::printf("rank %d: gdraa reduce_scatter %s %s: element %zu is %g, expected %g\n", r,
+                      std::string(to_string(t)).c_str(), std::string(reduce::to_string(op)).c_str(), i,
+                      test::to_double(h[i]), want);
+          ++wrong;
+          break;
+        }
+      }
+      for (std::size_t i = 0; i < b; ++i) h[i] = T(static_cast<float>(r * 7 + int(i % 13)));
+      dev->copy(s.handle, own, h, b * sizeof(T));
+      mesh.allgather(own, d, b, t, on(s, "gdraa")).wait();
+      dev->copy(s.handle, h, d, b * std::size_t(p) * sizeof(T));
+      dev->synchronize(s.handle);
+      for (std::size_t i = 0; i < b * std::size_t(p); ++i)
+        if (test::to_double(h[i]) != double(int(i / b) * 7 + int(i % b % 13))) {
+          std::printf("rank %d: gdraa allgather %s: element %zu is %g\n", r, std::string(to_string(t)).c_str(), i,
+                      test::to_double(h[i]));
+          ++wrong;
+          break;
+        }
+    });
+
+  // Reduce-scatter, allgather (automatic's one pass on 3 ranks over IPC), and a broadcast
+  // cut into chunks, on int32.
   auto* h = static_cast<std::int32_t*>(buf.host);
   auto* d = static_cast<std::int32_t*>(buf.device);
   constexpr std::size_t m = 1000;

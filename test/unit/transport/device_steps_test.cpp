@@ -261,6 +261,10 @@ TEST(device_steps, reduce_scatter_allgather_and_broadcast_are_exact_on_device_bu
     for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = test::small_value(r, i);
     coll.reduce_scatter(whole.data(), part.data(), n, dtype::int32, reduce::op_kind::sum, on(dev, s)).wait();
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(part[i], test::reduced_small_values(reduce::op_kind::sum, p, r * n + i, true)) << i;
+    // avg: GDRAA's pass (automatic's choice here) finalizes as it writes.
+    device_array<float> values(dev, n * p, float(r + 1)), mean(dev, n);
+    coll.reduce_scatter(values.data(), mean.data(), n, dtype::float32, reduce::op_kind::avg, on(dev, s)).wait();
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(mean[i], float(p + 1) / 2) << i;
 
     device_array<std::int32_t> mine(dev, n, r + 1), all(dev, n * p);
     coll.allgather(mine.data(), all.data(), n, dtype::int32, on(dev, s)).wait();
