@@ -24,6 +24,7 @@ struct options {
   std::size_t step_factor = 1;  // > 1 multiplies, else step_bytes adds
   int iters = 20;
   int warmup_iters = 5;
+  int warmup_ms = 100;  // mimatrix's own: calls of the first size before the sweep (driver.hpp)
   bool check = true;
   dtype type = dtype::float32;
   redop op = redop::sum;
@@ -82,6 +83,8 @@ inline void print_usage(std::FILE* f, std::string_view program) {
       "  -f,--stepfactor <increment factor>                     (1: use -i)\n"
       "  -n,--iters <iteration count>                           (20)\n"
       "  -w,--warmup_iters <warmup iteration count>             (5)\n"
+      "  -W,--warmup_ms <ms> before the sweep, calls of the first size for this long (100):\n"
+      "                     a transport's one-time costs (libfabric rxm's buffer pools)\n"
       "  -c,--check <0/1>                                       (1)\n"
       "  -d,--datatype <int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16>  (float)\n"
       "  -o,--op <sum|prod|min|max|avg>                         (sum)\n"
@@ -117,7 +120,7 @@ inline constexpr flag flags[] = {
     {'w', "warmup_iters"}, {'c', "check"}, {'d', "datatype"}, {'o', "op"}, {'r', "root"},
     {'a', "average"}, {'z', "blocking"}, {'J', "output_file"}, {'t', "nthreads"}, {'g', "ngpus"},
     {'R', "ranks"}, {'P', "provider"}, {'A', "algo"},  // long-only: their letters are internal keys
-    {'G', "device"},
+    {'G', "device"}, {'W', "warmup_ms"},
 };
 
 inline std::optional<long> parse_int(std::string_view s) {
@@ -151,6 +154,7 @@ inline std::string apply(options& o, char key, std::string_view name, std::strin
     case 'f': if (!as_int(1, 1 << 20, n)) return bad("an integer >= 1"); o.step_factor = static_cast<std::size_t>(n); return {};
     case 'n': if (!as_int(1, 1 << 30, n)) return bad("an integer >= 1"); o.iters = static_cast<int>(n); return {};
     case 'w': if (!as_int(0, 1 << 30, n)) return bad("an integer >= 0"); o.warmup_iters = static_cast<int>(n); return {};
+    case 'W': if (!as_int(0, 1 << 24, n)) return bad("milliseconds >= 0"); o.warmup_ms = static_cast<int>(n); return {};
     case 'c': if (!as_int(0, 1, n)) return bad("0 or 1"); o.check = n != 0; return {};
     case 'r': if (!as_int(0, 1 << 30, n)) return bad("a rank >= 0"); o.root = static_cast<int>(n); return {};
     case 'a': if (!as_int(0, 3, n)) return bad("0 (rank 0), 1 (avg), 2 (min) or 3 (max)"); o.average = static_cast<time_average>(n); return {};

@@ -41,7 +41,8 @@
 //
 // Timing as nccl-tests: per size and placement, warmup_iters calls, a barrier, then iters calls
 // back to back timed together; the time is their mean, combined over ranks as -a says. With -c 1
-// the input is filled again and one more, untimed, call is checked.
+// the input is filled again and one more, untimed, call is checked. Before the first size, its
+// calls run for -W milliseconds (100), which nccl-tests does not do (warm_up).
 #pragma once
 
 #include "args.hpp"
@@ -109,6 +110,24 @@ double time_calls(R& r, options const& o) {
   return local;
 }
 
+/// Calls of shape `s` until every rank has made them for `o.warmup_ms`, deciding together
+/// after each call: a transport's one-time costs stay out of the first size's figure
+/// (libfabric's rxm grows its buffer pools in the first tens of ms of traffic, 9 ms a
+/// time over tcp: docs/performance.md). The same for every runner, baselines included.
+template <runner R>
+void warm_up(R& r, options const& o, shape const& s) {
+  if (o.warmup_ms <= 0) return;
+  r.prepare(s, false);
+  r.barrier();
+  auto const t0 = std::chrono::steady_clock::now();
+  double elapsed_ms = 0;
+  while (elapsed_ms < o.warmup_ms) {
+    r.run();
+    double const local = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    elapsed_ms = r.combine(local, combine_op::max);
+  }
+}
+
 /// Rank 0's device-to-device copy time of `bytes`, measured while the others wait at a
 /// barrier, so that no call shares the device with it; negative without device buffers.
 template <runner R>
@@ -148,6 +167,8 @@ sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = s
   reporter rep(o, info, printer, out);
   rep.header();
   std::size_t const type_size = size_of(o.type);
+  if (auto const sizes = sweep_sizes(o); !sizes.empty())
+    detail::warm_up(r, o, shape_of(info.coll, sizes.front(), type_size, info.nranks));
   for (std::size_t bytes : sweep_sizes(o)) {
     shape const s = shape_of(info.coll, bytes, type_size, info.nranks);
     double times[2];
