@@ -26,6 +26,7 @@ binaries=(
   benchmark/perf/allreduce_perf
   benchmark/perf/reduce_scatter_perf
   benchmark/perf/allgather_perf
+  benchmark/perf/broadcast_perf
 )
 
 for b in "${binaries[@]}"; do
@@ -95,9 +96,9 @@ step train_gpu_1_tf32 "${train[@]}" --tf32
 step train_gpu_2 "$here/bin/mimatrix-run" -n 2 "${train[@]}"
 # Staged through pinned host memory, for comparison.
 MIMATRIX_DEVICE_IPC=0 step perf_staged "${perf[@]}"
-# Reduce-scatter and allgather, 3 ranks sharing the GPU: GDRAA's one pass a rank
-# (automatic's choice there from 3 ranks on) against the ring.
-for c in reduce_scatter allgather; do
+# Reduce-scatter, allgather and broadcast, 3 ranks sharing the GPU: GDRAA's one pass a
+# rank (automatic's choice there from 3 ranks on) against the ring.
+for c in reduce_scatter allgather broadcast; do
   perf3=("$here/bin/${c}_perf" --ranks 3 --provider shm -G cuda -b 3M -e 192M -f 4 -n 20 -w 5 -c 1)
   MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3" "${perf3[@]}"
   MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3_ring" "${perf3[@]}" --algo ring

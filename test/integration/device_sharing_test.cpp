@@ -6,8 +6,8 @@
 // whose "device" blocks processes share (memfd), which the network reads as host memory
 // (FI_HMEM_SYSTEM), and whose kernels refuse host memory: exact results for every
 // two-sided algorithm and collective on late-running streams, ordered on the caller's
-// stream; GDRAA's allreduce, reduce-scatter and allgather as one pass a rank over every
-// rank's memory, with the least traffic, also as algorithm::automatic's choice; a buffer
+// stream; GDRAA's collectives as one pass a rank over every rank's memory, with the least
+// traffic, also as algorithm::automatic's choice; a buffer
 // that cannot be shared fails every rank, naming it.
 #include "mimatrix/transport/fabric.hpp"
 
@@ -212,6 +212,20 @@ MIMATRIX_SCENARIO(shared_collectives) {
     if (!provider_moves) wrong += direct_path(traffic, copies, one_pass - (in_place ? block_bytes : 0), what);
     if (provider_moves && *algorithm) wrong += window == (dev.host_copies() == copies);
   };
+  // A broadcast from rank 1: its pass reads the input once and writes every output, p+1
+  // buffers in all (p in place), all of it on the root.
+  const auto broadcast = [&](auto& with, const char* algorithm, bool in_place, const char* what) {
+    device_array<std::int32_t> data(dev, b, r == 1 ? 5 : -1), got(dev, b, -1);
+    std::int32_t* out = in_place ? data.data() : got.data();
+    const std::size_t traffic = dev.memory_traffic(), copies = dev.host_copies();
+    with.broadcast(r == 1 ? data.data() : nullptr, out, b, dtype::int32, 1, on(s, algorithm)).wait();
+    for (std::size_t i = 0; i < b; ++i) wrong += out[i] != 5;
+    const std::size_t root = r == 1 ? std::size_t(p + !in_place) * block_bytes : 0;
+    if (!provider_moves) wrong += direct_path(traffic, copies, root, what);
+  };
+  broadcast(mesh, "gdraa", false, "broadcast");
+  broadcast(mesh, "gdraa", true, "broadcast in place");
+  broadcast(coll, "", false, "broadcast by automatic");
   scatter_and_gather(mesh, "gdraa", false, "reduce-scatter/allgather");
   scatter_and_gather(mesh, "gdraa", true, "reduce-scatter/allgather in place");
   scatter_and_gather(coll, "", true, "reduce-scatter/allgather by automatic");

@@ -216,17 +216,17 @@ class basic_automatic {
 
   /// What build_on_shared_device would choose: as `decide` (which checks the rules), except
   /// that an allreduce with no MIMATRIX_ALGO rule of its own takes GDRAA, if it is a
-  /// candidate, and so do a reduce-scatter and an allgather on more than two ranks. On
-  /// two, the ring's are one step where the pass synchronizes twice, for the same traffic
-  /// (reduce-scatter) or a quarter less (allgather). The network's predictions say
-  /// nothing there, so the decision has none.
+  /// candidate, and so does every other collective on more than two ranks. On two, the
+  /// ring's reduce-scatter, allgather and broadcast are one step where the pass
+  /// synchronizes twice, for the same traffic (reduce-scatter, broadcast) or a quarter
+  /// less (allgather). The network's predictions say nothing there, so the decision has
+  /// none.
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)
   decision decide_on_shared_device(const Topology& topo, const schedule::descriptor& desc) const {
     decision d = decide(topo, desc);
     if constexpr (gdraa_index < sizeof...(Candidates)) {
-      const bool pays = desc.kind == schedule::collective::allreduce ? desc.size > 1
-                        : desc.kind != schedule::collective::broadcast && desc.size > 2;
+      const bool pays = desc.size > (desc.kind == schedule::collective::allreduce ? 1 : 2);
       if (pays && d.why != decision::reason::override) {
         d.topology = topology::mesh::name;
         d.chosen = gdraa::name;
@@ -244,9 +244,9 @@ class basic_automatic {
   /// topology, and memory traffic decides: GDRAA's collectives run as one pass a rank.
   /// Its allreduce makes 2p buffers of traffic where ring and halving-doubling make 2.5p
   /// and recursive doubling 3p; its reduce-scatter p+1 blocks a rank where the ring makes
-  /// 3(p-1); its allgather p+1 blocks where the ring makes 2p (docs/device.md). A
-  /// MIMATRIX_ALGO rule that matches the call still wins; a broadcast, and a
-  /// reduce-scatter or allgather on two ranks, are chosen as by `build`
+  /// 3(p-1); its allgather p+1 blocks where the ring makes 2p; its broadcast p+1 buffers
+  /// in all where a ring makes 2(p-1) (docs/device.md). A MIMATRIX_ALGO rule that matches
+  /// the call still wins; the other collectives on two ranks are chosen as by `build`
   /// (decide_on_shared_device).
   template <class Topology>
     requires(builds_for<Candidates, Topology> || ...)

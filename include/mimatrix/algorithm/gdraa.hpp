@@ -73,24 +73,44 @@ class gdraa {
   /// stream has reached the call; sync 2, that a pass which reads or writes them has run.
   /// Allreduce has both already. Reduce-scatter gains sync 2 (the owner of a block has
   /// read it, so its holder may reuse its input); allgather gains sync 1 (a rank's output
-  /// may be written). On host memory these would be one needless synchronization more,
-  /// so build() leaves them out. Broadcast is build()'s.
+  /// may be written); in a broadcast every other rank tells the root (sync 1), whose
+  /// writes follow its copy (sync 2). On host memory these would be one needless
+  /// synchronization more, so build() leaves them out.
   schedule::schedule build_on_shared_device(const topology::mesh& topo, const schedule::descriptor& desc,
                                             int rank) const {
-    const bool extended = desc.kind == schedule::collective::reduce_scatter || desc.kind == schedule::collective::allgather;
-    if (!extended || desc.count == 0 || desc.size == 1) return build(topo, desc, rank);
+    if (desc.kind == schedule::collective::allreduce || desc.count == 0 || desc.size == 1)
+      return build(topo, desc, rank);
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
     const int p = b.size(), r = b.rank();
-    if (desc.kind == schedule::collective::reduce_scatter) {
-      const schedule::step_id done = build_reduce_scatter(b);
-      for (int j = 0; j < p; ++j)
-        if (j != r) b.notify(j, sync_2, {done});
-      b.wait(sync_2, static_cast<std::uint32_t>(p - 1));
-    } else {
-      for (int j = 0; j < p; ++j)
-        if (j != r) b.notify(j, sync_1);
-      build_allgather(b, b.wait(sync_1, static_cast<std::uint32_t>(p - 1)));
+    const auto others = static_cast<std::uint32_t>(p - 1);
+    switch (desc.kind) {
+      case schedule::collective::reduce_scatter: {
+        const schedule::step_id done = build_reduce_scatter(b);
+        for (int j = 0; j < p; ++j)
+          if (j != r) b.notify(j, sync_2, {done});
+        b.wait(sync_2, others);
+        break;
+      }
+      case schedule::collective::allgather:
+        for (int j = 0; j < p; ++j)
+          if (j != r) b.notify(j, sync_1);
+        build_allgather(b, b.wait(sync_1, others));
+        break;
+      case schedule::collective::broadcast: {
+        const region in{buffer::input, 0, desc.count * desc.elem_size}, out{buffer::output, 0, in.bytes};
+        if (r != desc.root) {
+          b.notify(desc.root, sync_1);
+          b.wait(sync_2, 1);
+          break;
+        }
+        // In place the copy rewrites the input with itself; the writes read it after.
+        const schedule::step_id copied = b.copy(in, out, {b.wait(sync_1, others)});
+        for (int j = 0; j < p; ++j)
+          if (j != r) b.write(j, sync_2, in, out, {copied});
+        break;
+      }
+      case schedule::collective::allreduce: break;
     }
     return std::move(b).build();
   }

@@ -46,8 +46,7 @@ concept reaches_peers_device_memory = runs_on_device<T> && requires(const T& t, 
 
 /// Transports that lower one-sided schedules (not runs_one_sided) but run some plans on
 /// device memory as built, their one-sided steps carried another way (transport::fabric:
-/// GDRAA's collectives but broadcast as one pass a rank, with no RMA window). Every rank
-/// answers alike.
+/// GDRAA's collectives as one pass a rank, with no RMA window). Every rank answers alike.
 template <class T>
 concept runs_as_built_on_device = requires(const T& t, const schedule::schedule& plan, const device::stream& stream) {
   { t.runs_as_built(plan, stream) } -> std::same_as<bool>;

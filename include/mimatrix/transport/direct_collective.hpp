@@ -4,7 +4,8 @@
 // ranks' memory where it lies. Allreduce: shard j of every input is folded into shard j of
 // every output, 2p buffers of traffic, the least for ranks sharing memory (a
 // receiver-driven ring makes 2.5p). Reduce-scatter: block j of every input into rank j's
-// output. Allgather: rank j's input into block j of every output. Each source is read
+// output. Allgather: rank j's input into block j of every output. Broadcast: the root's
+// input into every output, the root's pass alone. Each source is read
 // once and each destination written once. The transport carries the synchronizations: at
 // sync 1 each rank tells each owner where the owner's part lies in its input and output
 // (once its stream has reached the call), at sync 2 that the owner's pass has run. This
@@ -36,36 +37,47 @@ class direct_collective {
   };
 
   /// Whether `plan` is a GDRAA collective with peers that runs as one pass a rank: its
-  /// allreduce, or a reduce-scatter or allgather built with both synchronizations (for
-  /// device memory every rank reaches). Broadcast and the one-synchronization schedules
-  /// do not.
+  /// allreduce, or a reduce-scatter, allgather or broadcast built with both
+  /// synchronizations (gdraa::build_on_shared_device), not build()'s one.
   static bool fits(const schedule::schedule& plan) {
     using schedule::collective;
     if (plan.algorithm != "gdraa" || plan.desc.size < 2 || plan.desc.count == 0) return false;
-    if (plan.desc.kind == collective::allreduce) return true;
-    if (plan.desc.kind != collective::reduce_scatter && plan.desc.kind != collective::allgather) return false;
-    int waits = 0;
-    for (const schedule::step& st : plan.steps) waits += st.kind == schedule::step_kind::wait && st.count > 0;
-    return waits == 2;
+    int waits = 0, notifies = 0;
+    for (const schedule::step& st : plan.steps) {
+      waits += st.kind == schedule::step_kind::wait && st.count > 0;
+      notifies += st.kind == schedule::step_kind::notify;
+    }
+    switch (plan.desc.kind) {
+      case collective::allreduce: return true;
+      case collective::reduce_scatter:
+      case collective::allgather: return waits == 2;
+      case collective::broadcast: return plan.rank == plan.desc.root ? waits == 1 : notifies == 1;
+    }
+    return false;
   }
 
-  /// Reads the tags of the two synchronizations (their waits, in step order) and every
-  /// owner's part from GDRAA's schedule (algorithm/gdraa.hpp): an allreduce's sync-1 write
-  /// to owner j reads shard j of the input, and its reduce_slots writes this rank's shard;
-  /// the blocks of reduce-scatter and allgather follow from the descriptor.
+  /// Reads the tags of the two synchronizations and every owner's part from GDRAA's
+  /// schedule (algorithm/gdraa.hpp). The waits come in order, sync 1's first, except in a
+  /// broadcast, where the root waits for sync 1 alone and every other rank for sync 2
+  /// alone. An allreduce's sync-1 write to owner j reads shard j of the input, and its
+  /// reduce_slots writes this rank's shard; the blocks of the other collectives follow
+  /// from the descriptor (a broadcast's root owns the whole buffer).
   explicit direct_collective(const schedule::schedule& plan)
       : kind_(plan.desc.kind),
         rank_(plan.rank),
+        root_(plan.desc.root),
         parts_(std::size_t(plan.desc.size)),
         inputs_(std::size_t(plan.desc.size), nullptr),
         outputs_(std::size_t(plan.desc.size), nullptr) {
-    int k = 0;
+    const bool broadcast = kind_ == schedule::collective::broadcast;
+    int k = broadcast && rank_ != root_ ? 1 : 0;
     for (schedule::step_id id = 0; id < plan.steps.size(); ++id) {
       const schedule::step& st = plan.steps[id];
       if (st.kind == schedule::step_kind::wait && st.count > 0 && k < 2) {
         tags_[k] = st.tag;
         waits_[k++] = id;
       }
+      if (broadcast && schedule::is_one_sided(st.kind)) tags_[rank_ == root_ ? 1 : 0] = st.tag;
     }
     const std::size_t block = plan.desc.count * plan.desc.elem_size;
     for (int j = 0; j < plan.desc.size; ++j) {
@@ -76,6 +88,9 @@ class direct_collective {
       } else if (kind_ == schedule::collective::allgather) {
         if (j == rank_) p.input = {schedule::buffer::input, 0, block};
         p.output = {schedule::buffer::output, std::size_t(j) * block, block};
+      } else if (broadcast && j == root_) {
+        if (j == rank_) p.input = {schedule::buffer::input, 0, block};
+        p.output = {schedule::buffer::output, 0, block};
       }
     }
     if (kind_ != schedule::collective::allreduce) return;
@@ -84,6 +99,14 @@ class direct_collective {
       if (st.kind == schedule::step_kind::reduce_slots) shard(rank_, st.dst);
     }
   }
+
+  /// The synchronizations that peer `j` sends this rank, [first, end): both from every
+  /// peer, except in a broadcast, where the root hears sync 1 from every rank and every
+  /// other rank hears sync 2 from the root alone.
+  int first_sync_from(int j) const {
+    return kind_ != schedule::collective::broadcast || rank_ == root_ ? 0 : j == root_ ? 1 : 2;
+  }
+  int end_sync_from(int) const { return kind_ == schedule::collective::broadcast && rank_ == root_ ? 1 : 2; }
 
   /// Which synchronization a write or notify of the schedule is: 0 (sync 1) or 1 (sync 2).
   int sync_of(const schedule::step& st) const { return st.tag == tags_[0] ? 0 : 1; }
@@ -95,7 +118,8 @@ class direct_collective {
   /// The bytes of this rank's part in every peer's input and output, which every peer's
   /// sync 1 must match: what this rank's offer to itself holds, alike on every rank.
   std::size_t wanted_input_bytes() const {
-    return kind_ == schedule::collective::allgather ? 0 : parts_[std::size_t(rank_)].input.bytes;
+    const bool none = kind_ == schedule::collective::allgather || kind_ == schedule::collective::broadcast;
+    return none ? 0 : parts_[std::size_t(rank_)].input.bytes;
   }
   std::size_t wanted_output_bytes() const {
     return kind_ == schedule::collective::reduce_scatter ? 0 : parts_[std::size_t(rank_)].output.bytes;
@@ -115,19 +139,22 @@ class direct_collective {
   enum class local { done, queued, not_direct };
 
   /// Runs GDRAA's local step `st` the direct way. The pass over every rank's part is
-  /// queued where the schedule reduces (reduce_slots) or, for allgather, copies this
-  /// rank's input into place. The copy of the own shard before a reduction is nothing (the pass reads
-  /// the input where it lies); the finalize is folded into the pass, so it only marks its
-  /// end on the stream (sync 2 then follows). Throws what the device throws.
+  /// queued where the schedule reduces (reduce_slots) or, for allgather and a broadcast's
+  /// root, copies this rank's input into place. The copy of the own shard before a
+  /// reduction is nothing (the pass reads the input where it lies); the finalize is folded
+  /// into the pass, so it only marks its end on the stream (sync 2 then follows). Throws
+  /// what the device throws.
   local run(const schedule::step& st, const host_buffers& mem, device_steps& device) {
     const bool pass = st.kind == schedule::step_kind::reduce_slots ||
-                      (st.kind == schedule::step_kind::copy && kind_ == schedule::collective::allgather);
+                      (st.kind == schedule::step_kind::copy && (kind_ == schedule::collective::allgather ||
+                                                                kind_ == schedule::collective::broadcast));
     if (pass) {
       const part& own = parts_[std::size_t(rank_)];
       const std::byte* in = own.input.bytes ? mem.input + own.input.offset : nullptr;
       std::byte* out = own.output.bytes ? mem.output + own.output.offset : nullptr;
-      // An allgather in place has its input in place already.
-      reach(rank_, in, kind_ == schedule::collective::allgather && out == in ? nullptr : out);
+      // An allgather or broadcast in place has its input in place already.
+      const bool copies = kind_ == schedule::collective::allgather || kind_ == schedule::collective::broadcast;
+      reach(rank_, in, copies && out == in ? nullptr : out);
       // port::reduce_many lets dsts[d] be srcs[d] and nothing else overlap. An allreduce's
       // pairs line up in rank order; a reduce-scatter's one destination (in place, this
       // rank's block of its input) and an allgather's one source (in place, this rank's
@@ -160,6 +187,7 @@ class direct_collective {
 
   schedule::collective kind_;
   int rank_;
+  int root_;  // a broadcast's
   std::uint32_t tags_[2] = {};
   schedule::step_id waits_[2] = {};
   std::vector<part> parts_;          // by owner: where its part lies in this rank's buffers

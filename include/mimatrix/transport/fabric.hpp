@@ -166,15 +166,14 @@ class fabric {
 
   /// Whether every peer reads and writes this rank's device memory of `caller`'s port
   /// directly: all are on this host, with mailboxes, and the port shares memory (CUDA
-  /// IPC) unless MIMATRIX_DEVICE_IPC=0. GDRAA's allreduce, reduce-scatter and allgather
-  /// then run as one pass a rank, which algorithm::automatic takes on device memory.
-  /// Alike on every rank.
+  /// IPC) unless MIMATRIX_DEVICE_IPC=0. GDRAA's collectives then run as one pass a rank,
+  /// which algorithm::automatic takes on device memory. Alike on every rank.
   MIMATRIX_DECL bool reaches_peers_device_memory(const device::stream& caller) const;
 
   /// Whether a call of `plan` on `caller`'s device memory runs the plan as built, its
-  /// one-sided steps as synchronizations, with no RMA window (GDRAA's collectives but
-  /// broadcast, as one pass a rank where every peer reaches this rank's memory): the
-  /// collectives then run it unlowered at any size. Alike on every rank.
+  /// one-sided steps as synchronizations, with no RMA window (GDRAA's collectives as one
+  /// pass a rank where every peer reaches this rank's memory): the collectives then run
+  /// it unlowered at any size. Alike on every rank.
   MIMATRIX_DECL bool runs_as_built(const schedule::schedule& plan, const device::stream& caller) const;
 
   /// The calls in flight on this endpoint, and who advances them.

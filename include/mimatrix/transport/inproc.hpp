@@ -76,8 +76,8 @@ class inproc {
   }
 
   /// Threads of one process reach each other's device memory (on several GPUs, through
-  /// peer access): GDRAA's allreduce, reduce-scatter and allgather on device memory run
-  /// as one pass a rank, which algorithm::automatic takes there.
+  /// peer access): GDRAA's collectives on device memory run as one pass a rank, which
+  /// algorithm::automatic takes there.
   bool reaches_peers_device_memory(const device::stream&) const { return true; }
 
   /// This rank will not take part in call `sig`: its peers fail with `code` at once

@@ -360,9 +360,12 @@ inline bool step_executor::start_ready() {
 }
 
 inline step_executor::posted step_executor::try_post(schedule::step_id id) {
+  // On device memory nothing leaves before the caller's stream has reached the call: a
+  // send or write, which the wire or a peer reads, and a notify, which may let a peer
+  // write this rank's output (GDRAA's sync 1 of an allgather or broadcast).
   if (device_) {
     const auto kind = step_at(id).kind;
-    if ((kind == schedule::step_kind::send || kind == schedule::step_kind::write) && !device_->input_ready())
+    if ((kind == schedule::step_kind::send || schedule::is_one_sided(kind)) && !device_->input_ready())
       return posted::deferred;
   }
   return post(id);

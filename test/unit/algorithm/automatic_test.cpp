@@ -177,10 +177,10 @@ TEST(automatic, the_decision_prints_its_choice_reason_and_predictions) {
 }
 
 // On device memory that every rank reaches, every rank is a neighbour of every other and
-// memory traffic decides: an allreduce, reduce-scatter or allgather takes GDRAA's one pass
-// a rank (an allreduce's 2p buffers, where the ring makes 2.5p), on the user's topology
-// too. A rule for the call, a broadcast, one rank, a reduce-scatter or allgather on two,
-// and an automatic without GDRAA choose as on host memory.
+// memory traffic decides: every collective takes GDRAA's one pass a rank (an allreduce's
+// 2p buffers, where the ring makes 2.5p), on the user's topology too. A rule for the call,
+// one rank, the collectives other than allreduce on two, and an automatic without GDRAA
+// choose as on host memory.
 TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass) {
   ::unsetenv("MIMATRIX_ALGO");
   const algorithm::automatic a{algorithm::automatic_settings{}};
@@ -203,7 +203,8 @@ TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass) {
   // (gdraa::build_on_shared_device): four waits' worth of flags where build() has one.
   const schedule::descriptor scatter{collective::reduce_scatter, 4, 1000, 4, 0};
   const schedule::descriptor gather{collective::allgather, 4, 1000, 4, 0};
-  for (const auto& d : {scatter, gather}) {
+  const schedule::descriptor cast{collective::broadcast, 4, 1000, 4, 2};
+  for (const auto& d : {scatter, gather, cast}) {
     EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).chosen, "gdraa") << schedule::to_string(d.kind);
     EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).why, algorithm::decision::reason::memory);
     const schedule::schedule s = a.build_on_shared_device(topology::ring{}, d, 2);
@@ -211,16 +212,18 @@ TEST(automatic, device_memory_every_rank_reaches_takes_gdraas_one_pass) {
     std::vector<std::uint32_t> waited;
     for (const schedule::step& st : s.steps)
       if (st.kind == schedule::step_kind::wait) waited.push_back(st.tag);
-    EXPECT_EQ(waited, (std::vector<std::uint32_t>{algorithm::gdraa::sync_1, algorithm::gdraa::sync_2}))
+    const std::vector<std::uint32_t> both{algorithm::gdraa::sync_1, algorithm::gdraa::sync_2};
+    // A broadcast's root (rank 2 here) waits for sync 1 alone.
+    EXPECT_EQ(waited, d.kind == collective::broadcast ? std::vector<std::uint32_t>{algorithm::gdraa::sync_1} : both)
         << schedule::to_string(d.kind);
     EXPECT_NE(a.decide(topology::ring{}, d).chosen, "gdraa");
   }
-  // On two ranks the ring's reduce-scatter and allgather are one step, the pass two
-  // synchronizations: the same traffic for reduce-scatter, a quarter less for allgather.
-  const schedule::descriptor cast{collective::broadcast, 4, 1000, 4, 1};
+  // On two ranks the ring's reduce-scatter, allgather and broadcast are one step, the pass
+  // two synchronizations: the same traffic, or a quarter less for allgather.
   const schedule::descriptor scatter_2{collective::reduce_scatter, 2, 1 << 20, 4, 0};
   const schedule::descriptor gather_2{collective::allgather, 2, 1 << 20, 4, 0};
-  for (const auto& d : {cast, allreduce_of(1, 4096), scatter_2, gather_2}) {
+  const schedule::descriptor cast_2{collective::broadcast, 2, 1 << 20, 4, 1};
+  for (const auto& d : {allreduce_of(1, 4096), scatter_2, gather_2, cast_2}) {
     EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).chosen, a.decide(topology::ring{}, d).chosen);
     EXPECT_EQ(a.decide_on_shared_device(topology::ring{}, d).why, algorithm::decision::reason::model);
   }

@@ -173,7 +173,8 @@ TEST(device_steps, automatic_takes_the_least_memory_traffic_on_device_buffers_on
 }
 
 /// The device memory traffic of an int64 sum reduce-scatter or allgather of blocks of `n`
-/// elements on `p` ranks sharing one host "device", all ranks together; checks the result.
+/// elements (or a broadcast of `n` from the last rank) on `p` ranks sharing one host
+/// "device", all ranks together; checks the result.
 template <class Topology>
 std::size_t scatter_or_gather_traffic(schedule::collective kind, int p, Topology topo, const std::string& algorithm,
                                       std::size_t n, bool in_place, bool one_pass = true) {
@@ -187,7 +188,15 @@ std::size_t scatter_or_gather_traffic(schedule::collective kind, int p, Topology
     const device::stream_handle s = dev.make_stream();
     device_array<std::int64_t> whole(dev, n * std::size_t(p), -1), block(dev, n, -1);
     std::int64_t* own = in_place ? whole.data() + std::size_t(r) * n : block.data();
-    if (scatter) {
+    if (kind == schedule::collective::broadcast) {  // from the last rank, `n` elements
+      const int root = p - 1;
+      if (r == root)
+        for (std::size_t i = 0; i < n; ++i) block[i] = std::int64_t(i) * 3 + 1;
+      std::int64_t* out = r == root && in_place ? block.data() : whole.data();
+      coll.broadcast(r == root ? block.data() : nullptr, out, n, dtype::int64, root, on(dev, s, algorithm)).wait();
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[i], std::int64_t(i) * 3 + 1) << algorithm << ", rank " << r << ", " << i;
+    } else if (scatter) {
       for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = test::small_value(r, i);
       coll.reduce_scatter(whole.data(), own, n, dtype::int64, reduce::op_kind::sum, on(dev, s, algorithm)).wait();
       for (std::size_t i = 0; i < n; ++i)
@@ -204,13 +213,14 @@ std::size_t scatter_or_gather_traffic(schedule::collective kind, int p, Topology
   return dev.memory_traffic();
 }
 
-// GDRAA's reduce-scatter and allgather on device memory that every rank reaches run as one
-// pass a rank too (direct_collective.hpp), built with both synchronizations
+// GDRAA's reduce-scatter, allgather and broadcast on device memory that every rank reaches
+// run as one pass a rank too (direct_collective.hpp), built with both synchronizations
 // (gdraa::build_on_shared_device): rank j reads block j of every input into its output, or
-// its input into block j of every output, p+1 blocks a rank (an allgather in place p).
+// its input into block j of every output, p+1 blocks a rank (an allgather in place p); a
+// broadcast's root its input into every output.
 // The ring makes more from 3 ranks on, where automatic takes the pass on every topology;
 // a MIMATRIX_ALGO rule still wins.
-TEST(device_steps, gdraas_reduce_scatter_and_allgather_run_as_one_pass_on_device_buffers) {
+TEST(device_steps, gdraas_reduce_scatter_allgather_and_broadcast_run_as_one_pass_on_device_buffers) {
   using schedule::collective;
   for (collective kind : {collective::reduce_scatter, collective::allgather})
     for (int p : {2, 3, 5})
@@ -239,9 +249,27 @@ TEST(device_steps, gdraas_reduce_scatter_and_allgather_run_as_one_pass_on_device
         }
         std::printf("%s: ring %zu bytes, one pass %zu\n", what.c_str(), ring, least);
       }
+  // A broadcast: the root's pass reads its input once and writes every other rank's
+  // output (and its own out of place): p buffers in place, p+1 not.
+  for (int p : {2, 3, 5})
+    for (bool in_place : {false, true}) {
+      const std::size_t n = 1001, least = std::size_t(p + !in_place) * n * sizeof(std::int64_t);
+      const std::string what = "broadcast on " + std::to_string(p) + " ranks" + (in_place ? ", in place" : "");
+      EXPECT_EQ(scatter_or_gather_traffic(collective::broadcast, p, topology::mesh{}, "gdraa", n, in_place), least)
+          << what;
+      const std::size_t automatic = scatter_or_gather_traffic(collective::broadcast, p, topology::ring{}, "", n, in_place);
+      if (p > 2) {
+        EXPECT_EQ(automatic, least) << what << ", automatic";
+      }
+      const std::size_t ring = scatter_or_gather_traffic(collective::broadcast, p, topology::ring{}, "ring", n, in_place);
+      if (p > 2) {
+        EXPECT_GT(ring, least) << what << ", ring";
+      }
+      std::printf("%s: ring %zu bytes, one pass %zu\n", what.c_str(), ring, least);
+    }
   // The port's default reduce_many (a CUDA port's past 8 operands) aliases as the kernel
   // does: in place, exact on every rank.
-  for (collective kind : {collective::reduce_scatter, collective::allgather})
+  for (collective kind : {collective::reduce_scatter, collective::allgather, collective::broadcast})
     (void)scatter_or_gather_traffic(kind, 5, topology::mesh{}, "gdraa", 33, true, /*one_pass=*/false);
   ::setenv("MIMATRIX_ALGO", "allgather:ring", 1);
   EXPECT_GT(scatter_or_gather_traffic(collective::allgather, 3, topology::ring{}, "", 1001, false),
@@ -303,6 +331,44 @@ TEST(device_steps, the_call_is_ordered_on_the_callers_stream_without_a_host_wait
       pending.wait();
       dev.free_stream(s);
     });
+}
+
+// GDRAA's allgather and broadcast on device memory (automatic's choice on 3 ranks): a rank
+// lets its peers write its output (sync 1) only once its stream has reached the call. Work
+// queued before the call that clears the output late comes first; sync 1 once went out
+// at the call's start as a notify (only sends and writes were held back), the peers'
+// passes wrote first, and the late clearing overwrote their data (found by the fabric
+// scenario's late-cleared broadcast).
+TEST(device_steps, peers_write_an_output_only_after_the_work_queued_before_the_call) {
+  constexpr int p = 3;
+  constexpr std::size_t n = 2048;
+  device::host_port dev(late(20us));
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    std::vector<std::string> ran;
+    comm.on_call([&](const call_record& c) { ran.push_back(c.algorithm); });
+    const device::stream_handle s = dev.make_stream();
+    device_array<std::int64_t> mine(dev, n, r + 1), all(dev, n * p, 0), got(dev, n, 0), root(dev, n, 42);
+    const auto clear_late = [&](device_array<std::int64_t>& out) {
+      dev.enqueue(s, [&] {
+        std::this_thread::sleep_for(30ms);
+        for (std::size_t i = 0; i < out.size(); ++i) out[i] = -1;
+      });
+    };
+    if (r == 1) clear_late(all);  // the others' passes would otherwise run at once
+    auto gathered = coll.allgather(mine.data(), all.data(), n, dtype::int64, on(dev, s));
+    if (r != 0) clear_late(got);
+    auto cast = coll.broadcast(r == 0 ? root.data() : nullptr, r == 0 ? root.data() : got.data(), n, dtype::int64,
+                               0, on(dev, s));
+    dev.synchronize(s);
+    gathered.wait();
+    cast.wait();
+    for (std::size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], std::int64_t(i / n) + 1) << "allgather, rank " << r << ", " << i;
+    for (std::size_t i = 0; i < n && r != 0; ++i) ASSERT_EQ(got[i], 42) << "broadcast, rank " << r << ", " << i;
+    EXPECT_EQ(ran, (std::vector<std::string>{"gdraa", "gdraa"}));
+    dev.free_stream(s);
+  });
 }
 
 // Calls queued one after another on one caller's stream, none waited for in between, as a

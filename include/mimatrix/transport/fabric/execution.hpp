@@ -98,7 +98,9 @@ class execution final : public step_executor, private call {
     } else if (direct_) {  // a GDRAA collective straight on the peers' device memory
       run_on_device(*caller, *resources, 0, /*with_scratch=*/false);
       run_directly(*direct_);
-      direct_taken_.assign(std::size_t(this->plan().desc.size), 0);
+      direct_taken_.resize(std::size_t(this->plan().desc.size));
+      for (int peer = 0; peer < this->plan().desc.size; ++peer)
+        direct_taken_[std::size_t(peer)] = std::uint8_t(direct_->first_sync_from(peer));
     } else if (caller) {  // device buffers the provider cannot move: the call runs on host copies
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, *resources, input, output, !one_sided_);
@@ -337,8 +339,7 @@ class execution final : public step_executor, private call {
 
   /// Whether this call's device buffers are read by its peers directly: they are reached
   /// (endpoint::reaches_peers_device_memory), and the schedule has no one-sided step
-  /// (GDRAA's collectives run as writes_peers_directly, except a broadcast, which stages
-  /// through host memory).
+  /// (GDRAA's collectives run as writes_peers_directly).
   bool shares_device_memory(device::port& port) const;
 
   /// Exports the call's buffers once; false (the call failed, saying why) where the port
