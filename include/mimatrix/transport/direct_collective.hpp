@@ -5,8 +5,8 @@
 // every output, 2p buffers of traffic, the least for ranks sharing memory (a
 // receiver-driven ring makes 2.5p). Reduce-scatter: block j of every input into rank j's
 // output. Allgather: rank j's input into block j of every output. Broadcast: the root's
-// input into every output, the root's pass alone. Each source is read
-// once and each destination written once. The transport carries the synchronizations: at
+// input into every output, the root's pass alone. Each source is read once and each
+// destination written once. The transport carries the synchronizations: at
 // sync 1 each rank tells each owner where the owner's part lies in its input and output
 // (once its stream has reached the call), at sync 2 that the owner's pass has run. This
 // class reads GDRAA's schedule (algorithm::gdraa::build_on_shared_device) and runs its
