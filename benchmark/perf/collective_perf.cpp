@@ -125,15 +125,29 @@ class device_buffers {
     port_.copy(stream_, out_, out.data(), out.size());
     port_.synchronize(stream_);
   }
-  /// The mean time of `iters` copies of `bytes` from the input to the output buffer (the
-  /// sweep refills both before the next call).
+  /// The mean time of `iters` copies of `bytes` between two device buffers of that size
+  /// (a reduce-scatter's output and an allgather's input are smaller than the size);
+  /// negative where the device cannot hold them.
   double copy_seconds(std::size_t bytes, int iters) {
-    port_.copy(stream_, out_, in_, bytes);  // the first copy may set up what the device needs
+    std::byte* from = nullptr;
+    std::byte* to = nullptr;
+    try {
+      from = static_cast<std::byte*>(port_.allocate_device(bytes));
+      to = static_cast<std::byte*>(port_.allocate_device(bytes));
+    } catch (const mimatrix::error&) {
+      if (from) port_.free_device(from, bytes);
+      return -1;
+    }
+    port_.copy(stream_, to, from, bytes);  // the first copy may set up what the device needs
     port_.synchronize(stream_);
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) port_.copy(stream_, out_, in_, bytes);
+    for (int i = 0; i < iters; ++i) port_.copy(stream_, to, from, bytes);
     port_.synchronize(stream_);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / std::max(iters, 1);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / std::max(iters, 1);
+    port_.free_device(from, bytes);
+    port_.free_device(to, bytes);
+    return seconds;
   }
 
   /// The device buffers' bytes back in the host copies.

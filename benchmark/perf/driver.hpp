@@ -180,7 +180,7 @@ sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = s
       wrong[placement] = detail::checked_call(r, o, s, in_place);
     }
     rep.add(s, times[0], wrong[0], times[1], wrong[1]);
-    if (info.coll == collective::allreduce && !o.device.empty()) rep.add_copy(detail::copy_time(r, o, s.bytes));
+    if (!o.device.empty()) rep.add_copy(detail::copy_time(r, o, s.bytes));
   }
   rep.footer();
   result.rows = rep.rows();

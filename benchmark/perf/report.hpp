@@ -82,7 +82,7 @@ struct timing {
 struct row {
   shape s;
   timing out_of_place, in_place;
-  double copy_us = -1;  // -G allreduce: one device-to-device copy of the size; negative: not measured
+  double copy_us = -1;  // -G: one device-to-device copy of the size; negative: not measured
 };
 
 struct run_info {
@@ -216,24 +216,38 @@ class reporter {
     if (!opts_.output_file.empty()) write_json();
   }
 
-  // -G allreduce: each call against the memory traffic it must make when the ranks share
-  // one device. Every rank reads its shard of every rank's input and writes that shard of
-  // every rank's output: n ranks move 2 * n * size bytes, as n device-to-device copies of
-  // the size do. The limit is n times one copy, measured on rank 0 alone; "x limit" is the
-  // call's time over it (1.00 is the bound; issue 13's goal is 1.25 for 2 ranks at 256 MiB).
+  // -G: each call against the memory traffic it must make when the ranks share one device,
+  // in device-to-device copies of the size (a copy reads and writes it: 2 x size bytes).
+  // An allreduce reads every shard of every input and writes every output: 2n x size, n
+  // copies. A reduce-scatter reads every input and writes every output: (n+1) x size, (n+1)/2
+  // copies. An allgather or broadcast reads each input once and writes every output,
+  // (n+1)/2 copies; in place a rank's own output holds its part already, n/2 copies. The
+  // copy is measured on rank 0 alone; "x limit" is the call's time over the limit (1.00 is
+  // the bound; issue 13's goal is 1.25 for an allreduce of 2 ranks at 256 MiB).
+  [[nodiscard]] double copies_in_limit(bool in_place) const {
+    double const n = info_.nranks;
+    switch (info_.coll) {
+      case collective::allreduce: return n;
+      case collective::reduce_scatter: return (n + 1) / 2;
+      default: return (in_place ? n : n + 1) / 2;
+    }
+  }
+
   void traffic_limit() const {
     bool any = false;
     for (auto const& r : rows_) any |= r.copy_us > 0;
     if (!any) return;
-    std::fprintf(out_, "#\n# Memory-traffic limit, %d ranks sharing one device: %d device-to-device copies of the size\n",
-                 info_.nranks, info_.nranks);
-    std::fprintf(out_, "# %10s  %9s  %9s  %12s  %9s\n", "size", "copy", "limit", "out-of-place", "in-place");
+    std::fprintf(out_, "#\n# Memory-traffic limit, %d ranks sharing one device: %g device-to-device copies of the size",
+                 info_.nranks, copies_in_limit(false));
+    if (copies_in_limit(true) != copies_in_limit(false)) std::fprintf(out_, " (%g in place)", copies_in_limit(true));
+    std::fprintf(out_, "\n# %10s  %9s  %9s  %12s  %9s\n", "size", "copy", "limit", "out-of-place", "in-place");
     std::fprintf(out_, "# %10s  %9s  %9s  %12s  %9s\n", "(B)", "(us)", "(us)", "(x limit)", "(x limit)");
     for (auto const& r : rows_) {
       if (r.copy_us <= 0) continue;
-      double const limit = r.copy_us * info_.nranks;
+      double const limit = r.copy_us * copies_in_limit(false);
       std::fprintf(out_, "# %10zu  %9s  %9s  %12.2f  %9.2f\n", r.s.bytes, detail::float_str(r.copy_us, 9).c_str(),
-                   detail::float_str(limit, 9).c_str(), r.out_of_place.time_us / limit, r.in_place.time_us / limit);
+                   detail::float_str(limit, 9).c_str(), r.out_of_place.time_us / limit,
+                   r.in_place.time_us / (r.copy_us * copies_in_limit(true)));
     }
     std::fprintf(out_, "#\n");
   }
