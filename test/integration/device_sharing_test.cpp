@@ -318,21 +318,25 @@ int direct_call_where_a_peer_dies(bool scatter) {
 MIMATRIX_SCENARIO(direct_peer_dies) { return direct_call_where_a_peer_dies(false); }
 MIMATRIX_SCENARIO(direct_peer_dies_in_reduce_scatter) { return direct_call_where_a_peer_dies(true); }
 
-// GDRAA's allreduce on peers' memory where rank 1 passes another count: every rank fails
-// with a mismatch instead of reducing shards that do not line up, and over shm the call
-// after it (the same count everywhere) is exact. ASan once saw the message read after it was freed.
-MIMATRIX_SCENARIO(direct_mismatch) {
+// GDRAA's allreduce (or allgather) on peers' memory where rank 1 passes another count:
+// every rank fails with a mismatch instead of running passes over parts that do not line
+// up, and over shm the call after it (the same count everywhere) is exact. ASan once saw
+// the message read after it was freed.
+int direct_call_that_disagrees(bool gather) {
   device::host_port dev({.lag = 0us, .device_memory_only = true});
   communicator<fabric> comm;
   comm.set_timeout(20s);
   collectives<fabric, topology::mesh> mesh(comm);
   const int p = comm.size(), r = comm.rank();
   const device::stream s{&dev, dev.make_stream()};
-  device_array<std::int32_t> data(dev, 3003, 1);
+  device_array<std::int32_t> data(dev, 3003, 1), all(dev, 3003 * std::size_t(p), 0);
+  const auto call = [&](device_array<std::int32_t>& in, std::size_t count) {
+    return gather ? mesh.allgather(in.data(), all.data(), count, dtype::int32, on(s, "gdraa"))
+                  : mesh.allreduce(in.data(), in.data(), count, dtype::int32, reduce::op_kind::sum, on(s, "gdraa"));
+  };
   std::string what = "succeeded";
   try {
-    mesh.allreduce(data.data(), data.data(), r == 1 ? 3003 : 3000, dtype::int32, reduce::op_kind::sum, on(s, "gdraa"))
-        .wait();
+    call(data, r == 1 ? 3003 : 3000).wait();
   } catch (const error& e) {
     what = "CAUGHT " + e.code().message() + ": " + e.what();
   }
@@ -341,12 +345,16 @@ MIMATRIX_SCENARIO(direct_mismatch) {
   int wrong = 0;
   const bool next = comm.transport().provider() == "shm";
   device_array<std::int32_t> again(dev, 3000, 1);
-  if (next) mesh.allreduce(again.data(), again.data(), 3000, dtype::int32, reduce::op_kind::sum, on(s, "gdraa")).wait();
-  for (std::size_t i = 0; next && i < again.size(); ++i) wrong += again[i] != p;
+  if (next) call(again, 3000).wait();
+  for (std::size_t i = 0; next && i < (gather ? 3000 * std::size_t(p) : again.size()); ++i)
+    wrong += (gather ? all[i] : again[i]) != (gather ? 1 : p);
   dev.free_stream(s.handle);
   std::printf("rank %d: %s; the next call %s\n", r, what.c_str(), !next ? "not tried" : wrong ? "wrong" : "exact");
   return what != "succeeded" && !wrong ? 0 : 1;
 }
+
+MIMATRIX_SCENARIO(direct_mismatch) { return direct_call_that_disagrees(false); }
+MIMATRIX_SCENARIO(direct_mismatch_in_allgather) { return direct_call_that_disagrees(true); }
 
 class device_sharing : public ::testing::TestWithParam<std::string> {};
 
@@ -392,15 +400,17 @@ TEST_P(device_sharing, a_peer_dead_in_a_direct_gdraa_call_fails_the_others_in_ti
 }
 
 TEST_P(device_sharing, ranks_that_disagree_in_a_direct_gdraa_call_all_fail_with_a_mismatch) {
-  const auto result = test::run_ranks(3, GetParam(), "direct_mismatch", mailboxes_on);
-  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
-  for (int r = 0; r < 3; ++r) {
-    const std::string& out = result.output[std::size_t(r)];
-    EXPECT_NE(out.find("CAUGHT ranks disagree on the collective"), std::string::npos) << test::all_output(result);
-    EXPECT_EQ(out.find(", 0 bytes:"), std::string::npos) << "the shard's bytes, not the wait step's\n"
-                                                        << test::all_output(result);
-    if (GetParam() == "shm") {
-      EXPECT_NE(out.find("the next call exact"), std::string::npos) << test::all_output(result);
+  for (const char* scenario : {"direct_mismatch", "direct_mismatch_in_allgather"}) {
+    const auto result = test::run_ranks(3, GetParam(), scenario, mailboxes_on);
+    EXPECT_EQ(result.exit_code, 0) << scenario << "\n" << test::all_output(result);
+    for (int r = 0; r < 3; ++r) {
+      const std::string& out = result.output[std::size_t(r)];
+      EXPECT_NE(out.find("CAUGHT ranks disagree on the collective"), std::string::npos) << test::all_output(result);
+      EXPECT_EQ(out.find(", 0 bytes:"), std::string::npos) << "the part's bytes, not the wait step's\n"
+                                                          << test::all_output(result);
+      if (GetParam() == "shm") {
+        EXPECT_NE(out.find("the next call exact"), std::string::npos) << scenario << "\n" << test::all_output(result);
+      }
     }
   }
 }
