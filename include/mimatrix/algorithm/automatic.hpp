@@ -245,7 +245,7 @@ class basic_automatic {
   /// Its allreduce makes 2p buffers of traffic where ring and halving-doubling make 2.5p
   /// and recursive doubling 3p; its reduce-scatter p+1 blocks a rank where the ring makes
   /// 3(p-1); its allgather p+1 blocks where the ring makes 2p; its broadcast p+1 buffers
-  /// in all where a ring makes 2(p-1) (docs/device.md). A MIMATRIX_ALGO rule that matches
+  /// in all where the ring makes 2p (docs/device.md). A MIMATRIX_ALGO rule that matches
   /// the call still wins; the other collectives on two ranks are chosen as by `build`
   /// (decide_on_shared_device).
   template <class Topology>
