@@ -42,6 +42,7 @@ class direct_collective {
   static bool fits(const schedule::schedule& plan) {
     using schedule::collective;
     if (plan.algorithm != "gdraa" || plan.desc.size < 2 || plan.desc.count == 0) return false;
+    if (plan.desc.kind == collective::allreduce) return true;  // build()'s has both
     int waits = 0, notifies = 0;
     for (const schedule::step& st : plan.steps) {
       waits += st.kind == schedule::step_kind::wait && st.count > 0;
