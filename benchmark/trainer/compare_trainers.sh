@@ -26,6 +26,10 @@ cores=$(nproc)
 # Debian's python3-torch lives in /usr/bin/python3's path, which a pyenv or venv python3 hides.
 python=${PYTHON:-python3}
 if ! "$python" -c 'import torch' 2>/dev/null; then python=/usr/bin/python3; fi
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  echo "compare_trainers: no PyTorch for $python; install Debian's: apt-get install -y python3-torch" >&2
+  exit 1
+fi
 trainer=$build/examples/02_resnet/resnet_train
 launcher=$build/examples/mimatrix-run/mimatrix-run
 flags=(--model "$model" --batch "$batch" --epochs 1 --steps "$steps" --seed 1 --no-eval)

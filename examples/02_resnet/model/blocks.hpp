@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mimatrix::resnet::model {
@@ -43,8 +44,8 @@ class conv_bn {
       : conv_(ctx, in, out, kernel, stride, padding, rng), bn_(ctx, out) {}
 
   tensor forward(const tensor& x, phase p) {
-    const tensor y = conv_.forward(x);
-    return p == phase::train ? bn_.forward(y) : bn_.infer(y);
+    tensor y = conv_.forward(x);
+    return p == phase::train ? bn_.forward(std::move(y)) : bn_.infer(y);
   }
   tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) {
     const tensor g = bn_.backward(grad);
@@ -124,7 +125,7 @@ class basic_block final : public block<Layers> {
     const tensor h = relu_a_.forward(a_.forward(x, p));
     tensor y = b_.forward(h, p);
     shortcut_.add_into(y, x, p);
-    return relu_out_.forward(y);
+    return relu_out_.forward(std::move(y));
   }
   tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) override {
     const tensor g = relu_out_.backward(grad);
@@ -162,7 +163,7 @@ class bottleneck final : public block<Layers> {
     const tensor h = relu_b_.forward(b_.forward(relu_a_.forward(a_.forward(x, p)), p));
     tensor y = c_.forward(h, p);
     shortcut_.add_into(y, x, p);
-    return relu_out_.forward(y);
+    return relu_out_.forward(std::move(y));
   }
   tensor backward(const tensor& grad, const gradient_ready_for<Layers>& ready) override {
     const tensor g = relu_out_.backward(grad);

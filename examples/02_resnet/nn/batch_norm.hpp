@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace mimatrix::resnet::nn {
@@ -39,9 +40,10 @@ class batch_norm {
   /// Costs two small allreduces a layer a step, forward and backward. Empty: local statistics.
   void synchronize_with(statistics_reducer reduce) { reduce_ = std::move(reduce); }
 
-  // Training: normalizes with this batch's statistics and updates the running ones.
-  tensor forward(const tensor& input) {
-    input_ = input;
+  // Training: normalizes with this batch's statistics and updates the running ones. Keeps
+  // the input for backward: pass it as an rvalue to lend it rather than copy it.
+  tensor forward(tensor input) {
+    input_ = std::move(input);
     return forward_training();
   }
 

@@ -7,6 +7,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace mimatrix::resnet::nn {
@@ -16,10 +17,11 @@ class relu {
  public:
   explicit relu(context& ctx) : ctx_(ctx) {}
 
-  tensor forward(const tensor& input) {
-    input_ = input;
-    auto& p = primitives_for(input.shape);
-    tensor output(input.shape);
+  // Keeps the input for backward: pass it as an rvalue to lend it rather than copy it.
+  tensor forward(tensor input) {
+    input_ = std::move(input);
+    auto& p = primitives_for(input_.shape);
+    tensor output(input_.shape);
     ctx_.run(p.forward,
                       {{DNNL_ARG_SRC, ctx_.wrap(input_)}, {DNNL_ARG_DST, ctx_.wrap(output)}});
     return output;
