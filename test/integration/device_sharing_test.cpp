@@ -235,6 +235,72 @@ MIMATRIX_SCENARIO(shared_collectives) {
   return wrong == 0 ? 0 : 1;
 }
 
+// Device calls on a part split off the world, as a framework's group within a node: keys
+// reversed, so part ranks differ from world ranks ({0} and {3, 2, 1}). The part's ranks
+// read each other's memory as a world's do: its collectives take GDRAA's one pass by
+// automatic (3 ranks) with exactly its traffic, and the world's calls go on after.
+MIMATRIX_SCENARIO(split_device_calls) {
+  device::host_port dev({.lag = 20us, .device_memory_only = true});  // before the communicators
+  communicator<fabric> world;
+  world.set_timeout(30s);
+  const int r = world.rank();
+  auto part = world.split(r == 0 ? 0 : 1, -r);
+  if (!part) return std::printf("rank %d: no part\n", r), 1;
+  collectives<fabric> coll(*part);
+  const int p = part->size(), pr = part->rank();
+  std::int64_t members_sum = 0;  // of world ranks
+  for (int q = r == 0 ? 0 : 1; q <= (r == 0 ? 0 : world.size() - 1); ++q) members_sum += q;
+  const device::stream s{&dev, dev.make_stream()};
+  int wrong = 0;
+  const auto traffic = [&](std::size_t before, std::size_t expected, const char* what) {
+    const std::size_t made = dev.memory_traffic() - before;
+    if (p == 1 || made == expected) return 0;
+    std::printf("rank %d (part rank %d of %d): %s made %zu bytes of device memory traffic, %zu expected\n", r, pr, p,
+                what, made, expected);
+    return 1;
+  };
+
+  constexpr std::size_t n = 10'007;
+  device_array<std::int64_t> data(dev, n);
+  for (std::size_t i = 0; i < n; ++i) data[i] = std::int64_t(i % 1000) * (r + 1);
+  std::size_t before = dev.memory_traffic();
+  coll.allreduce(data.data(), data.data(), n, dtype::int64, reduce::op_kind::sum, on(s)).wait();
+  for (std::size_t i = 0; i < n; ++i) wrong += data[i] != std::int64_t(i % 1000) * (members_sum + p);
+  const std::size_t shard = (n / std::size_t(p) + (std::size_t(pr) < n % std::size_t(p))) * sizeof(std::int64_t);
+  wrong += traffic(before, 2 * std::size_t(p) * shard, "allreduce");
+
+  constexpr std::size_t b = 700;
+  const std::size_t one_pass = std::size_t(p + 1) * b * sizeof(std::int32_t);
+  device_array<std::int32_t> whole(dev, b * std::size_t(p)), block(dev, b, -1);
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i) + r;
+  before = dev.memory_traffic();
+  coll.reduce_scatter(whole.data(), block.data(), b, dtype::int32, reduce::op_kind::sum, on(s)).wait();
+  for (std::size_t i = 0; i < b; ++i)
+    wrong += block[i] != p * std::int32_t(std::size_t(pr) * b + i) + std::int32_t(members_sum);
+  wrong += traffic(before, one_pass, "reduce-scatter");
+  for (std::size_t i = 0; i < b; ++i) block[i] = pr * 1000 + std::int32_t(i);
+  before = dev.memory_traffic();
+  coll.allgather(block.data(), whole.data(), b, dtype::int32, on(s)).wait();
+  for (std::size_t i = 0; i < whole.size(); ++i) wrong += whole[i] != std::int32_t(i / b) * 1000 + std::int32_t(i % b);
+  wrong += traffic(before, one_pass, "allgather");
+  device_array<std::int32_t> got(dev, b, -1);  // from part rank 0: world rank 3, or 0 alone
+  before = dev.memory_traffic();
+  coll.broadcast(pr == 0 ? whole.data() : nullptr, got.data(), b, dtype::int32, 0, on(s)).wait();
+  for (std::size_t i = 0; i < b; ++i) wrong += got[i] != std::int32_t(i);
+  wrong += traffic(before, pr == 0 ? one_pass : 0, "broadcast");
+  if (p > 1 && dev.imported_blocks() == 0) wrong += std::printf("rank %d: no member's block was opened\n", r) > 0;
+
+  collectives<fabric> all(world);  // the world's calls go on, on the same stream
+  device_array<std::int32_t> ones(dev, 999, r + 1);
+  all.allreduce(ones.data(), ones.data(), ones.size(), dtype::int32, reduce::op_kind::sum, on(s)).wait();
+  const int q = world.size();
+  for (std::size_t i = 0; i < ones.size(); ++i) wrong += ones[i] != q * (q + 1) / 2;
+
+  dev.free_stream(s.handle);
+  if (wrong == 0) std::printf("rank %d: split device calls exact\n", r);
+  return wrong == 0 ? 0 : 1;
+}
+
 /// One ring allreduce on the port's device memory (rank 1's input on the host when
 /// `host_input_on_rank_1`); prints what it ended with. 0 if it failed.
 int ring_allreduce_that_fails(device::host_port::settings port_settings, bool host_input_on_rank_1) {
@@ -378,6 +444,14 @@ TEST_P(device_sharing, gdraas_one_pass_needs_no_rma_window) {
   env.emplace_back("MIMATRIX_WINDOW_BYTES", "0");
   const auto result = test::run_ranks(3, GetParam(), "shared_collectives", env);
   EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+}
+
+TEST_P(device_sharing, a_split_part_reads_its_members_device_buffers_as_a_world_does) {
+  const auto result = test::run_ranks(4, GetParam(), "split_device_calls", mailboxes_on, 60s);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("split device calls exact"), std::string::npos)
+        << test::all_output(result);
 }
 
 TEST_P(device_sharing, a_buffer_no_peer_can_open_fails_every_rank_and_is_named) {
