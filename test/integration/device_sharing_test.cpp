@@ -301,6 +301,50 @@ MIMATRIX_SCENARIO(split_device_calls) {
   return wrong == 0 ? 0 : 1;
 }
 
+// ncclCommAbort with work on the stream: a watchdog thread aborts while two ranks' device
+// calls wait for a third that never joins. Their calls fail with `aborted`, naming who
+// aborted and why; the streams those calls held go on; the third rank hears of it from
+// async_error(). MIMATRIX_TEST_ALGORITHM names the algorithm ("": automatic's).
+MIMATRIX_SCENARIO(device_call_aborted) {
+  device::host_port dev({.lag = 0us, .device_memory_only = true});
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int r = comm.rank(), p = comm.size();
+  const device::stream s{&dev, dev.make_stream()};
+  const char* algorithm = std::getenv("MIMATRIX_TEST_ALGORITHM");
+  device_array<std::int32_t> data(dev, 4096, 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum, on(s, algorithm)).wait();
+  std::string what = "succeeded";
+  bool went_on = false;
+  if (r == p - 1) {  // never joins the second call
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    std::optional<error> e;
+    while (!(e = comm.async_error()) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    if (e) what = "CAUGHT " + e->code().message() + ": " + e->what();
+    went_on = true;
+  } else {
+    std::thread watchdog;
+    if (r == 1) watchdog = std::thread([&] {
+      std::this_thread::sleep_for(200ms);
+      comm.abort("watchdog saw no progress");
+    });
+    try {
+      auto pending =
+          coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum, on(s, algorithm));
+      dev.enqueue(s.handle, [&] { went_on = true; });
+      dev.synchronize(s.handle);  // returns only if the aborted call let the stream go
+      pending.wait();
+    } catch (const error& e) {
+      what = "CAUGHT " + e.code().message() + ": " + e.what();
+    }
+    if (watchdog.joinable()) watchdog.join();
+  }
+  dev.free_stream(s.handle);
+  std::printf("rank %d: %s (the stream went on: %s)\n", r, what.c_str(), went_on ? "yes" : "no");
+  return what.starts_with("CAUGHT") && went_on ? 0 : 1;
+}
+
 /// One ring allreduce on the port's device memory (rank 1's input on the host when
 /// `host_input_on_rank_1`); prints what it ended with. 0 if it failed.
 int ring_allreduce_that_fails(device::host_port::settings port_settings, bool host_input_on_rank_1) {
@@ -469,6 +513,26 @@ TEST_P(device_sharing, a_peer_dead_in_a_direct_gdraa_call_fails_the_others_in_ti
       EXPECT_NE(out.find("CAUGHT"), std::string::npos) << scenario << "\n" << test::all_output(result);
       EXPECT_NE(out.find("rank 2"), std::string::npos) << scenario << "\n" << test::all_output(result);
       EXPECT_NE(out.find("the stream went on: yes"), std::string::npos) << scenario << "\n" << test::all_output(result);
+    }
+  }
+}
+
+// As GDRAA's one pass (automatic's choice), as a ring reading peers' memory, and staged
+// through host memory (no mailboxes).
+TEST_P(device_sharing, an_abort_fails_device_calls_in_flight_and_lets_their_streams_go) {
+  const std::vector<std::pair<std::string, std::string>> mailboxes_off{{"MIMATRIX_MAILBOX", "off"}};
+  for (const auto& [algorithm, mailboxes] : {std::pair{"", mailboxes_on}, {"ring", mailboxes_on}, {"", mailboxes_off}}) {
+    auto env = mailboxes;
+    env.emplace_back("MIMATRIX_TEST_ALGORITHM", algorithm);
+    const auto result = test::run_ranks(3, GetParam(), "device_call_aborted", env, 60s);
+    const std::string label = std::string(*algorithm ? algorithm : "automatic") + ", mailboxes " + env[0].second;
+    EXPECT_EQ(result.exit_code, 0) << label << "\n" << test::all_output(result);
+    for (int r = 0; r < 3; ++r) {
+      const std::string& out = result.output[std::size_t(r)];
+      EXPECT_NE(out.find("CAUGHT aborted"), std::string::npos) << label << "\n" << test::all_output(result);
+      EXPECT_NE(out.find("rank 1 aborted the communicator: watchdog saw no progress"), std::string::npos)
+          << label << "\n" << test::all_output(result);
+      EXPECT_NE(out.find("the stream went on: yes"), std::string::npos) << label << "\n" << test::all_output(result);
     }
   }
 }
