@@ -301,6 +301,46 @@ MIMATRIX_SCENARIO(split_device_calls) {
   return wrong == 0 ? 0 : 1;
 }
 
+// GDRAA's reduce-scatter, allgather and broadcast passes in flight over the mailboxes, as
+// automatic's choice: four rounds queued on one stream with no wait between them, each
+// allgather gathering what the reduce-scatter before it wrote, each broadcast from another
+// root. Every call's synchronizations must meet their own call's, never a neighbour's.
+MIMATRIX_SCENARIO(direct_calls_in_flight) {
+  device::host_port dev({.lag = 20us, .device_memory_only = true});
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int p = comm.size(), r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  constexpr std::size_t n = 3000;
+  constexpr int rounds = 4;
+  std::vector<std::unique_ptr<device_array<std::int64_t>>> whole, block, sent;
+  std::vector<request> pending;
+  for (int c = 0; c < rounds; ++c) {
+    whole.push_back(std::make_unique<device_array<std::int64_t>>(dev, n * std::size_t(p)));
+    block.push_back(std::make_unique<device_array<std::int64_t>>(dev, n));
+    sent.push_back(std::make_unique<device_array<std::int64_t>>(dev, n, std::int64_t(r) * 7 + c));
+    auto& all = *whole.back();
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = std::int64_t(i) * (r + 1) + c;
+    pending.push_back(coll.reduce_scatter(all.data(), block.back()->data(), n, dtype::int64, reduce::op_kind::sum, on(s)));
+    pending.push_back(coll.allgather(block.back()->data(), all.data(), n, dtype::int64, on(s)));
+    pending.push_back(coll.broadcast(sent.back()->data(), sent.back()->data(), n, dtype::int64, c % p, on(s)));
+  }
+  dev.synchronize(s.handle);
+  for (auto& q : pending) q.wait();
+  int wrong = 0;
+  for (int c = 0; c < rounds; ++c) {
+    for (std::size_t i = 0; i < n * std::size_t(p); ++i)
+      wrong += (*whole[std::size_t(c)])[i] != std::int64_t(i) * (p * (p + 1) / 2) + p * c;
+    for (std::size_t i = 0; i < n; ++i) wrong += (*sent[std::size_t(c)])[i] != std::int64_t(c % p) * 7 + c;
+  }
+  const std::size_t opened = dev.imported_blocks();
+  dev.free_stream(s.handle);
+  std::printf("rank %d: %d wrong, %zu peers' blocks opened\n", r, wrong, opened);
+  if (wrong == 0 && opened > 0) std::printf("rank %d: calls in flight exact\n", r);
+  return wrong == 0 && opened > 0 ? 0 : 1;
+}
+
 // ncclCommAbort with work on the stream: a watchdog thread aborts while two ranks' device
 // calls wait for a third that never joins. Their calls fail with `aborted`, naming who
 // aborted and why; the streams those calls held go on; the third rank hears of it from
@@ -515,6 +555,14 @@ TEST_P(device_sharing, a_peer_dead_in_a_direct_gdraa_call_fails_the_others_in_ti
       EXPECT_NE(out.find("the stream went on: yes"), std::string::npos) << scenario << "\n" << test::all_output(result);
     }
   }
+}
+
+TEST_P(device_sharing, gdraas_passes_in_flight_on_one_stream_each_meet_their_own_call) {
+  const auto result = test::run_ranks(3, GetParam(), "direct_calls_in_flight", mailboxes_on, 60s);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("calls in flight exact"), std::string::npos)
+        << test::all_output(result);
 }
 
 // As GDRAA's one pass (automatic's choice), as a ring reading peers' memory, and staged
