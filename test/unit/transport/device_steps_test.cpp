@@ -432,6 +432,38 @@ TEST(device_steps, calls_in_flight_on_one_callers_stream_all_finish_exactly) {
 
 // Rank 1 never calls: rank 0's call times out, and the work queued after it on its stream
 // still runs (the gate opens on failure) instead of waiting forever.
+// Calls on two streams of each rank in flight at once, as a framework's compute and
+// communication streams: on even ranks the first stream runs late, on odd ranks the second,
+// and a host call, waited for on the host, comes between them. All three are exact, and
+// none hangs behind another's stream.
+TEST(device_steps, calls_on_two_streams_and_a_host_call_in_flight_are_exact) {
+  constexpr int p = 4;
+  constexpr std::size_t n = 2000;
+  device::host_port dev(late(20us));
+  for (const char* algo : {"ring", ""})  // "": automatic's GDRAA pass
+    transport::run_inproc(p, [&](int r, inproc::world& w) {
+      communicator<inproc> comm(w, r);
+      collectives<inproc> coll(comm);
+      const device::stream_handle streams[2] = {dev.make_stream(), dev.make_stream()};
+      device_array<std::int64_t> first(dev, n), second(dev, n);
+      for (std::size_t i = 0; i < n; ++i) first[i] = second[i] = std::int64_t(i) * (r + 1);
+      dev.enqueue(streams[r % 2], [] { std::this_thread::sleep_for(40ms); });
+      auto a = coll.allreduce(first.data(), first.data(), n, dtype::int64, reduce::op_kind::sum, on(dev, streams[0], algo));
+      std::vector<std::int64_t> host(n, r);
+      coll.allreduce(host.data(), host.data(), n, dtype::int64, reduce::op_kind::sum).wait();
+      auto b = coll.allreduce(second.data(), second.data(), n, dtype::int64, reduce::op_kind::max, on(dev, streams[1], algo));
+      for (const device::stream_handle s : streams) dev.synchronize(s);
+      a.wait();
+      b.wait();
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(first[i], std::int64_t(i) * (p * (p + 1) / 2)) << algo << ", rank " << r << ", element " << i;
+        ASSERT_EQ(second[i], std::int64_t(i) * p) << algo << ", rank " << r << ", element " << i;
+        ASSERT_EQ(host[i], p * (p - 1) / 2) << algo << ", rank " << r << ", element " << i;
+      }
+      for (const device::stream_handle s : streams) dev.free_stream(s);
+    });
+}
+
 TEST(device_steps, a_failed_call_lets_the_stream_go_on) {
   device::host_port dev(late(50us));
   transport::run_inproc(2, [&](int r, inproc::world& w) {
