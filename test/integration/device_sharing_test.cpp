@@ -341,6 +341,39 @@ MIMATRIX_SCENARIO(direct_calls_in_flight) {
   return wrong == 0 && opened > 0 ? 0 : 1;
 }
 
+// Calls on two streams of each rank in flight at once (compute and communication
+// streams): on even ranks the first runs late, on odd ranks the second, and a host call
+// waited for on the host comes between them; as a ring reading peers' memory and as
+// GDRAA's pass. All exact; none hangs behind another's stream.
+MIMATRIX_SCENARIO(two_streams_in_flight) {
+  device::host_port dev({.lag = 20us, .device_memory_only = true});
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int p = comm.size(), r = comm.rank();
+  const device::stream streams[2] = {{&dev, dev.make_stream()}, {&dev, dev.make_stream()}};
+  constexpr std::size_t n = 2000;
+  int wrong = 0;
+  for (const char* algorithm : {"ring", ""}) {
+    device_array<std::int64_t> first(dev, n), second(dev, n);
+    for (std::size_t i = 0; i < n; ++i) first[i] = second[i] = std::int64_t(i) * (r + 1);
+    dev.enqueue(streams[r % 2].handle, [] { std::this_thread::sleep_for(40ms); });
+    auto a = coll.allreduce(first.data(), first.data(), n, dtype::int64, reduce::op_kind::sum, on(streams[0], algorithm));
+    std::vector<std::int64_t> host(n, r);
+    coll.allreduce(host.data(), host.data(), n, dtype::int64, reduce::op_kind::sum).wait();
+    auto b = coll.allreduce(second.data(), second.data(), n, dtype::int64, reduce::op_kind::max, on(streams[1], algorithm));
+    for (const device::stream& s : streams) dev.synchronize(s.handle);
+    a.wait();
+    b.wait();
+    for (std::size_t i = 0; i < n; ++i)
+      wrong += first[i] != std::int64_t(i) * (p * (p + 1) / 2) || second[i] != std::int64_t(i) * p ||
+               host[i] != p * (p - 1) / 2;
+  }
+  for (const device::stream& s : streams) dev.free_stream(s.handle);
+  std::printf("rank %d: two streams in flight %s\n", r, wrong ? "wrong" : "exact");
+  return wrong ? 1 : 0;
+}
+
 // ncclCommAbort with work on the stream: a watchdog thread aborts while two ranks' device
 // calls wait for a third that never joins. Their calls fail with `aborted`, naming who
 // aborted and why; the streams those calls held go on; the third rank hears of it from
@@ -562,6 +595,14 @@ TEST_P(device_sharing, gdraas_passes_in_flight_on_one_stream_each_meet_their_own
   EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
   for (int r = 0; r < 3; ++r)
     EXPECT_NE(result.output[std::size_t(r)].find("calls in flight exact"), std::string::npos)
+        << test::all_output(result);
+}
+
+TEST_P(device_sharing, calls_on_two_streams_and_a_host_call_in_flight_are_exact) {
+  const auto result = test::run_ranks(4, GetParam(), "two_streams_in_flight", mailboxes_on, 60s);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("two streams in flight exact"), std::string::npos)
         << test::all_output(result);
 }
 
