@@ -374,6 +374,51 @@ MIMATRIX_SCENARIO(two_streams_in_flight) {
   return wrong ? 1 : 0;
 }
 
+// A call that fails (its deadline passes) while an earlier call on the same stream still
+// waits for a late peer: its work waits behind the earlier call's gate, and letting go of
+// it must not block the thread that moves the earlier call. Both end: the first exact.
+MIMATRIX_SCENARIO(failure_behind_a_pending_call) {
+  device::host_port dev({.lag = 20us, .device_memory_only = true});
+  communicator<fabric> comm;
+  collectives<fabric> coll(comm);
+  const int p = comm.size(), r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  const char* algorithm = std::getenv("MIMATRIX_TEST_ALGORITHM");
+  constexpr std::size_t n = 1000;
+  device_array<std::int64_t> first(dev, n, r + 1), second(dev, n, 1);
+  if (r == p - 1) std::this_thread::sleep_for(1500ms);  // its first call comes late, its second never
+  call_options long_wait = on(s, algorithm), short_wait = on(s, algorithm);
+  long_wait.timeout = 20'000ms;
+  short_wait.timeout = 200ms;
+  auto a = coll.allreduce(first.data(), first.data(), n, dtype::int64, reduce::op_kind::sum, long_wait);
+  std::string second_error = "not started";
+  if (r != p - 1) {
+    auto b = coll.allreduce(second.data(), second.data(), n, dtype::int64, reduce::op_kind::sum, short_wait);
+    std::this_thread::sleep_for(1000ms);  // the progress thread, not this one, sees the deadline pass
+    try {
+      b.wait();
+      second_error = "none";
+    } catch (const error& e) {
+      second_error = e.what();
+    }
+  }
+  std::string first_error = "exact";
+  try {
+    a.wait();
+    dev.synchronize(s.handle);
+    for (std::size_t i = 0; i < n; ++i)
+      if (first[i] != p * (p + 1) / 2) first_error = "wrong";
+  } catch (const error& e) {
+    first_error = e.what();
+  }
+  dev.free_stream(s.handle);
+  std::printf("rank %d: first call %s; second call: %s\n", r, first_error.c_str(), second_error.c_str());
+  // The second call ends within its deadline: timed out, or its late peer named as lost.
+  const bool ended = second_error.find("timed out") != std::string::npos ||
+                     second_error.find("did not answer a liveness probe") != std::string::npos;
+  return first_error == "exact" && (r == p - 1 || ended) ? 0 : 1;
+}
+
 // ncclCommAbort with work on the stream: a watchdog thread aborts while two ranks' device
 // calls wait for a third that never joins. Their calls fail with `aborted`, naming who
 // aborted and why; the streams those calls held go on; the third rank hears of it from
@@ -604,6 +649,16 @@ TEST_P(device_sharing, calls_on_two_streams_and_a_host_call_in_flight_are_exact)
   for (int r = 0; r < 4; ++r)
     EXPECT_NE(result.output[std::size_t(r)].find("two streams in flight exact"), std::string::npos)
         << test::all_output(result);
+}
+
+TEST_P(device_sharing, a_call_failing_behind_an_earlier_call_on_its_stream_lets_both_end) {
+  const std::vector<std::pair<std::string, std::string>> mailboxes_off{{"MIMATRIX_MAILBOX", "off"}};
+  for (const auto& [algorithm, mailboxes] : {std::pair{"ring", mailboxes_on}, {"", mailboxes_on}, {"", mailboxes_off}}) {
+    auto env = mailboxes;
+    env.emplace_back("MIMATRIX_TEST_ALGORITHM", algorithm);
+    const auto result = test::run_ranks(3, GetParam(), "failure_behind_a_pending_call", env, 60s);
+    EXPECT_EQ(result.exit_code, 0) << algorithm << ", mailboxes " << env[0].second << "\n" << test::all_output(result);
+  }
 }
 
 // As GDRAA's one pass (automatic's choice), as a ring reading peers' memory, and staged

@@ -38,8 +38,15 @@ class device_steps {
   }
   device_steps(const device_steps&) = delete;
   device_steps& operator=(const device_steps&) = delete;
+  /// Waits for the work still queued (a failed call's: its scratch and stream must outlive
+  /// it). Runs on the thread that lets go of the call, never the progress thread, which may
+  /// be the one that opens the gate this work waits behind.
   ~device_steps() {
-    finish();
+    try {
+      finish();
+      if (!pending_.empty()) port_.synchronize(own_);
+    } catch (const error&) {  // the device failed: nothing queued will run
+    }
     for (auto& p : pending_) port_.free_event(p.done);
     port_.free_event(input_);
   }
@@ -131,24 +138,9 @@ class device_steps {
     return pending_.empty();
   }
 
-  /// Waits for the work queued, then runs the actions (a failed call must still let go of
-  /// what its peers lent it).
-  void drain() {
-    while (!pending_.empty()) {
-      try {
-        port_.synchronize(own_);
-        poll();
-      } catch (const error&) {  // the device failed: nothing will run; let go anyway
-        for (auto& p : pending_) {
-          port_.free_event(p.done);
-          if (p.action) p.action();
-        }
-        pending_.clear();
-      }
-    }
-  }
-
-  /// Opens the caller's stream behind this call's work; once.
+  /// Opens the caller's stream behind this call's work (queued on the call's stream: it
+  /// never waits for that work); once. A failed call's actions are dropped: its transport
+  /// lets go of what peers lent it.
   void finish() {
     if (!gate_) return;
     port_.open(own_, gate_);

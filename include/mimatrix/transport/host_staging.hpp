@@ -106,12 +106,11 @@ class host_staging {
     return returned_;
   }
 
-  /// The call failed: waits for the copies queued, and lets the caller's stream go on
-  /// (its output is left as it was, but for pieces already done).
-  void abandon() {
-    copies_.drain();
-    copies_.finish();
-  }
+  /// The call failed: lets the caller's stream go on behind the copies queued (its output
+  /// is left as it was, but for pieces already done), without waiting for them: they may
+  /// wait behind an earlier call's gate, which the thread calling this may have to open.
+  /// The host copies live until they have run (copies_ goes first).
+  void abandon() { copies_.finish(); }
 
  private:
   static std::size_t piece_for(std::size_t bytes) {

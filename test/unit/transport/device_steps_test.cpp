@@ -464,6 +464,47 @@ TEST(device_steps, calls_on_two_streams_and_a_host_call_in_flight_are_exact) {
     });
 }
 
+// A call that fails while an earlier call on the same stream is still waiting for a peer:
+// the later call's work waits behind the earlier call's gate, so letting go of it must
+// not wait for that work on the thread that moves the earlier call.
+TEST(device_steps, a_call_failing_behind_an_earlier_call_on_its_stream_lets_both_end) {
+  constexpr int p = 3;
+  constexpr std::size_t n = 1000;
+  device::host_port dev(late(20us));
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    device_array<std::int64_t> first(dev, n, r + 1), second(dev, n, 1);
+    if (r == p - 1) std::this_thread::sleep_for(500ms);  // its first call comes late, its second never
+    auto a = coll.allreduce(first.data(), first.data(), n, dtype::int64, reduce::op_kind::sum,
+                            on(dev, s, "ring", std::chrono::milliseconds(20'000)));
+    std::string second_error = "not started";
+    if (r != p - 1) {
+      auto b = coll.allreduce(second.data(), second.data(), n, dtype::int64, reduce::op_kind::sum,
+                              on(dev, s, "ring", std::chrono::milliseconds(100)));
+      try {
+        b.wait();
+        second_error = "none";
+      } catch (const error& e) {
+        second_error = e.what();
+      }
+    }
+    std::string first_error = "none";
+    try {
+      a.wait();
+    } catch (const error& e) {
+      first_error = e.what();
+    }
+    dev.synchronize(s);
+    if (r != p - 1) {
+      EXPECT_NE(second_error.find("timed out"), std::string::npos) << "rank " << r << ": " << second_error;
+    }
+    std::printf("rank %d: first call: %s\n", r, first_error.c_str());
+    dev.free_stream(s);
+  });
+}
+
 TEST(device_steps, a_failed_call_lets_the_stream_go_on) {
   device::host_port dev(late(50us));
   transport::run_inproc(2, [&](int r, inproc::world& w) {

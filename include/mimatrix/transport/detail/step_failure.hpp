@@ -41,11 +41,15 @@ inline bool step_executor::device_failed(const error& e) {
   return false;
 }
 
+// Never waits for the call's device work: it may wait behind an earlier call's gate on
+// the caller's stream, which this thread (the progress thread, often) has to open. The
+// gates open behind that work; what it uses is kept until the call is let go of.
 inline void step_executor::settle_device_after_failure() {
-  if (staging_) staging_->abandon();
-  if (!device_) return;
-  device_->drain();
-  device_->finish();
+  try {
+    if (staging_) staging_->abandon();
+    if (device_) device_->finish();
+  } catch (const error&) {  // the device failed: the streams' gates cannot be queued
+  }
 }
 
 /// The deadline counts from the call's first idle round, not its start: most small calls
