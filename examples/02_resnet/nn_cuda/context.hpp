@@ -34,7 +34,9 @@ class context {
   explicit context(bool tensor_float32 = false)
       : tensor_float32_(tensor_float32), pool_(std::make_shared<device_pool>()) {
     cudaStream_t s = nullptr;
-    MIMATRIX_NN_CUDA_CHECK(cudaStreamCreate(&s));
+    // Non-blocking: work of the legacy default stream (a library's, another thread's) does
+    // not wait for this stream, which may wait behind a collective's gate.
+    MIMATRIX_NN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     stream_.reset(s);
     cudnnHandle_t dnn = nullptr;
     MIMATRIX_NN_CUDA_CHECK(cudnnCreate(&dnn));

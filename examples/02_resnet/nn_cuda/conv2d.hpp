@@ -16,6 +16,8 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace mimatrix::resnet::nn_cuda {
@@ -86,11 +88,19 @@ class conv2d {
     std::size_t workspace_bytes = 0;
   };
 
-  // The fastest algorithm cuDNN measured that ran (results come sorted by time).
-  template <class Perf>
-  static Perf fastest(const Perf* results, int count, const char* what) {
-    for (int i = 0; i < count; ++i)
-      if (results[i].status == CUDNN_STATUS_SUCCESS) return results[i];
+  // The fastest algorithm cuDNN measured that ran (results come sorted by time), runs with
+  // the descriptor's math type (Find may also time other math types: a tensor-op result
+  // under FMA math can be refused when used) and tells its workspace (`workspace(algo,
+  // &bytes)`). Prefers results of the descriptor's own math type.
+  template <class Perf, class Workspace>
+  static std::pair<decltype(Perf{}.algo), std::size_t> fastest(const Perf* results, int count, cudnnMathType_t math,
+                                                                 const Workspace& workspace, const char* what) {
+    for (const bool same_math : {true, false})
+      for (int i = 0; i < count; ++i) {
+        std::size_t bytes = 0;
+        if (results[i].status != CUDNN_STATUS_SUCCESS || (same_math && results[i].mathType != math)) continue;
+        if (workspace(results[i].algo, &bytes) == CUDNN_STATUS_SUCCESS) return {results[i].algo, bytes};
+      }
     throw std::runtime_error(std::string("conv2d: cuDNN found no ") + what + " algorithm for this shape");
   }
 
@@ -106,39 +116,41 @@ class conv2d {
     MIMATRIX_NN_CUDA_CHECK(cudnnSetConvolution2dDescriptor(p.convolution.get(), pad, pad, stride, stride, 1, 1,
                                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     // FMA math keeps float32 exact to the CPU layers; the default lets Ampere and later use TF32.
-    MIMATRIX_NN_CUDA_CHECK(cudnnSetConvolutionMathType(p.convolution.get(),
-                                                       ctx_.tensor_float32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    // cudnnFind* runs each algorithm once (with memory it allocates itself) and reports times;
-    // done once per shape, so a training run pays it in its first step.
+    const cudnnMathType_t math = ctx_.tensor_float32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    MIMATRIX_NN_CUDA_CHECK(cudnnSetConvolutionMathType(p.convolution.get(), math));
+    // cudnnFind* runs each algorithm once (with memory it allocates itself: a cudaFree,
+    // which waits for the whole device) and reports times; done once per shape, so a
+    // training run pays it in its first step, before its first collective.
     const auto h = ctx_.cudnn();
     int count = 0;
+    std::size_t bytes[3] = {};
     cudnnConvolutionFwdAlgoPerf_t forward[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     MIMATRIX_NN_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithm(h, p.input.get(), filter_.get(), p.convolution.get(),
                                                                 p.output.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                                 &count, forward));
-    p.forward = fastest(forward, count, "forward").algo;
+    std::tie(p.forward, bytes[0]) = fastest(forward, count, math, [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
+      return cudnnGetConvolutionForwardWorkspaceSize(h, p.input.get(), filter_.get(), p.convolution.get(),
+                                                     p.output.get(), a, b);
+    }, "forward");
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     MIMATRIX_NN_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(h, filter_.get(), p.output.get(),
                                                                      p.convolution.get(), p.input.get(),
                                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count,
                                                                      data));
-    p.backward_data = fastest(data, count, "backward data").algo;
+    std::tie(p.backward_data, bytes[1]) = fastest(data, count, math, [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, filter_.get(), p.output.get(), p.convolution.get(),
+                                                          p.input.get(), a, b);
+    }, "backward data");
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     MIMATRIX_NN_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(h, p.input.get(), p.output.get(),
                                                                        p.convolution.get(), filter_.get(),
                                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
                                                                        &count, filter));
-    p.backward_filter = fastest(filter, count, "backward filter").algo;
-    std::size_t bytes[3] = {};
-    MIMATRIX_NN_CUDA_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p.input.get(), filter_.get(),
-                                                                   p.convolution.get(), p.output.get(), p.forward,
-                                                                   &bytes[0]));
-    MIMATRIX_NN_CUDA_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, filter_.get(), p.output.get(),
-                                                                        p.convolution.get(), p.input.get(),
-                                                                        p.backward_data, &bytes[1]));
-    MIMATRIX_NN_CUDA_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.input.get(), p.output.get(),
-                                                                          p.convolution.get(), filter_.get(),
-                                                                          p.backward_filter, &bytes[2]));
+    std::tie(p.backward_filter, bytes[2]) =
+        fastest(filter, count, math, [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.input.get(), p.output.get(), p.convolution.get(),
+                                                                filter_.get(), a, b);
+        }, "backward filter");
     p.workspace_bytes = std::max({bytes[0], bytes[1], bytes[2]});
     return cache_.emplace(in, std::move(p)).first->second;
   }

@@ -39,7 +39,7 @@ class device_data_parallel {
                        wait_free_settings settings, device::port& port)
       : ctx_(ctx), net_(net), optimizer_(optimizer),
         buckets_(coll, settings, device_gradients<nn_cuda::parameter>(port, ctx.stream())),
-        ranks_(coll.comm().size()), loss_(ctx) {}
+        ranks_(coll.comm().size()), loss_(ctx), eval_loss_(ctx) {}
 
   /// One step on this rank's samples of a global batch of `global_batch`; the loss is the
   /// global batch's mean. Queues the whole step, then waits for the loss only (the
@@ -68,9 +68,8 @@ class device_data_parallel {
 
   /// How many of these samples the model (in evaluation mode) classifies right.
   std::int64_t correct(const nn_cuda::device_tensor& images, std::span<const std::uint8_t> labels) {
-    nn_cuda::softmax_cross_entropy eval(ctx_);
-    (void)eval.forward(net_.forward(images, model::phase::eval), labels);
-    return eval.correct();
+    (void)eval_loss_.forward(net_.forward(images, model::phase::eval), labels);
+    return eval_loss_.correct();
   }
 
   /// Waits for the allreduces still in flight on the stream (and hears of their failure).
@@ -85,6 +84,9 @@ class device_data_parallel {
   gradient_buckets<collectives_type, device_gradients<nn_cuda::parameter>> buckets_;
   int ranks_;
   nn_cuda::softmax_cross_entropy loss_;
+  // Its own, made once: a loss allocates pinned memory, and freeing that waits for the
+  // whole device, collectives' gates included.
+  nn_cuda::softmax_cross_entropy eval_loss_;
 };
 
 }  // namespace mimatrix::resnet::train

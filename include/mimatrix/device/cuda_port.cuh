@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -126,7 +127,14 @@ class cuda_port final : public port {
   static constexpr std::uint32_t gate_slots = 4096;
 
   cuda_port() {
+    // A blocking launch of a gate returns only when the gate opens, which the progress
+    // thread queues after this call returns: every device call would hang.
+    if (const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING"); blocking && std::string_view(blocking) == "1")
+      throw error(errc::invalid_argument,
+                  "device::cuda_port: device calls cannot run with CUDA_LAUNCH_BLOCKING=1 (a call's gate on the "
+                  "caller's stream would never return from its launch); unset it, or stage host buffers");
     detail::check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
+    load_kernels();
     detail::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&flags_), gate_slots * sizeof(std::uint32_t),
                                      cudaHostAllocMapped | cudaHostAllocPortable),
                        "cudaHostAlloc of the gate flags");
@@ -137,6 +145,23 @@ class cuda_port final : public port {
   }
   cuda_port(const cuda_port&) = delete;
   cuda_port& operator=(const cuda_port&) = delete;
+  /// Loads every kernel a call launches while a gate spins (lazy loading, CUDA's default,
+  /// would load each at its first launch, which may wait for the spinning gate).
+  static void load_kernels() {
+    cudaFuncAttributes attributes{};
+    detail::check_cuda(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&detail::gate_hold_kernel)),
+                       "loading the gate kernels");
+    detail::check_cuda(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&detail::gate_open_kernel)),
+                       "loading the gate kernels");
+    for (const dtype type : {dtype::int8, dtype::uint8, dtype::int32, dtype::int64, dtype::float16, dtype::bfloat16,
+                             dtype::float32, dtype::float64})
+      for (const auto op : {reduce::op_kind::sum, reduce::op_kind::prod, reduce::op_kind::min, reduce::op_kind::max,
+                            reduce::op_kind::avg})
+        detail::with_operation(type, op, [&](auto o) {
+          detail::check_cuda(reduce::cuda::detail::load_kernels<decltype(o)>(), "loading the reduction kernels");
+        });
+  }
+
   /// Closes the peers' blocks that import_memory opened.
   ~cuda_port() override {
     for (const auto& [handle, at] : imported_) cudaIpcCloseMemHandle(at);
@@ -245,12 +270,16 @@ class cuda_port final : public port {
     return e;
   }
   bool done(event e) override {
+    here();
     const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(e));
     if (status == cudaErrorNotReady) return false;
     detail::check_cuda(status, "work before an event (cudaEventQuery)");
     return true;
   }
-  void free_event(event e) noexcept override { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+  void free_event(event e) noexcept override {
+    here();
+    cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
   void wait(stream_handle s, event e) override {
     here();
     detail::check_cuda(cudaStreamWaitEvent(as_stream(s), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
@@ -258,7 +287,8 @@ class cuda_port final : public port {
 
   gate hold(stream_handle s) override {
     here();
-    const std::uint32_t ticket = next_ticket_.fetch_add(1) + 1;
+    std::uint32_t ticket = 0;
+    while (ticket == 0) ticket = next_ticket_.fetch_add(1) + 1;  // 0 is no gate (it wraps after 2^32)
     detail::gate_hold_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
     detail::check_cuda(cudaGetLastError(), "launch of a gate");
     return reinterpret_cast<gate>(static_cast<std::uintptr_t>(ticket));
@@ -336,7 +366,10 @@ class cuda_port final : public port {
     detail::check_cuda(cudaMallocHost(&p, bytes ? bytes : 1), "cudaMallocHost of staging memory");
     return p;
   }
-  void free_host(void* p, std::size_t) noexcept override { cudaFreeHost(p); }
+  void free_host(void* p, std::size_t) noexcept override {
+    here();
+    cudaFreeHost(p);
+  }
 
  private:
   // This port's device, made current on the calling thread: the progress thread, which

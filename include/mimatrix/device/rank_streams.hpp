@@ -58,9 +58,11 @@ class pooled_buffer {
   entry e_;
 };
 
-/// Buffers given back, kept for the next calls (a few of each kind; the rest are freed).
+/// Buffers given back, kept for the next calls, every one until the rank goes: on CUDA,
+/// freeing device or pinned memory waits for all work on the device, a call's gate
+/// included, which the freeing thread (the progress thread) may be the one to open. The
+/// pool holds what the most calls at once used, as a caching allocator does.
 struct pooled_buffer::pool {
-  static constexpr std::size_t kept = 4;
   std::mutex mutex;
   std::vector<entry> free;
   bool closed = false;
@@ -68,10 +70,12 @@ struct pooled_buffer::pool {
   void give_back(const entry& e) noexcept {
     {
       std::lock_guard lock(mutex);
-      const auto same_kind = std::count_if(free.begin(), free.end(), [&](const entry& f) { return f.kind == e.kind; });
-      if (!closed && std::size_t(same_kind) < kept) {
-        free.push_back(e);
-        return;
+      if (!closed) {
+        try {
+          free.push_back(e);
+          return;
+        } catch (...) {  // no memory for the entry: free the buffer instead
+        }
       }
     }
     e.free();
@@ -195,7 +199,8 @@ class rank_streams {
     return pooled_stream(streams_, &p, p.make_stream());
   }
 
-  /// Host memory of `p` of at least `bytes`: a kept buffer if one is large enough.
+  /// Host memory of `p` of at least `bytes`: the smallest kept buffer that is large enough,
+  /// else a new one.
   pooled_buffer staging(port& p, std::size_t bytes) { return take(p, memory_kind::host, bytes); }
   /// Device memory of `p` of at least `bytes`, as staging(); none for 0 bytes.
   pooled_buffer scratch(port& p, std::size_t bytes) {
@@ -207,12 +212,16 @@ class rank_streams {
     {
       std::lock_guard lock(pool_->mutex);
       auto& free = pool_->free;
+      std::size_t best = free.size();  // the smallest that is large enough: large ones stay for large calls
       for (std::size_t k = 0; k < free.size(); ++k)
-        if (free[k].owner == &p && free[k].kind == kind && free[k].size >= bytes) {
-          const pooled_buffer::entry e = free[k];
-          free.erase(free.begin() + std::ptrdiff_t(k));
-          return pooled_buffer(pool_, e);
-        }
+        if (free[k].owner == &p && free[k].kind == kind && free[k].size >= bytes &&
+            (best == free.size() || free[k].size < free[best].size))
+          best = k;
+      if (best < free.size()) {
+        const pooled_buffer::entry e = free[best];
+        free.erase(free.begin() + std::ptrdiff_t(best));
+        return pooled_buffer(pool_, e);
+      }
     }
     void* data = kind == memory_kind::host ? p.allocate_host(bytes) : p.allocate_device(bytes);
     return pooled_buffer(pool_, {&p, kind, static_cast<std::byte*>(data), bytes});

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <system_error>
 
@@ -100,6 +101,21 @@ template <operation Op>
     reduce_many_kernel<false><<<grid_size(n, policy), threads, 0, stream>>>(op, m, n, ranks);
   }
   return cudaGetLastError();
+}
+
+/// Loads Op's kernels now (under lazy loading, CUDA's default, a kernel loads at its first
+/// launch, which may need the whole context to synchronize: a deadlock while a gate's kernel
+/// spins waiting for that launch's work). The first failure, or cudaSuccess.
+template <operation Op>
+[[nodiscard]] cudaError_t load_kernels() {
+  cudaFuncAttributes attributes{};
+  for (const void* kernel : {reinterpret_cast<const void*>(&combine_kernel<true, Op>),
+                             reinterpret_cast<const void*>(&combine_kernel<false, Op>),
+                             reinterpret_cast<const void*>(&reduce_many_kernel<true, Op>),
+                             reinterpret_cast<const void*>(&reduce_many_kernel<false, Op>),
+                             reinterpret_cast<const void*>(&finalize_kernel<Op>)})
+    if (const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  return cudaSuccess;
 }
 
 /// "reduce::cuda::combine sum<float> of 1000 elements: cudaErrorInvalidConfiguration (...)".

@@ -292,13 +292,18 @@ inline bool step_executor::advance() {
   if (finished()) return true;
   changed |= retry_queued();
   changed |= start_ready();
-  if (!finished() && completed_ == plan_->steps.size() && (!device_ || device_->settled())) {
-    if (!concluded_) concluded_ = conclude();
-    if (concluded_ && (!staging_ || staging_->returned())) {
-      succeed();
-      if (device_) device_->finish();
-      changed = true;
+  try {  // the device may fail the last work queued (a progress thread must not throw)
+    if (!finished() && completed_ == plan_->steps.size() && (!device_ || device_->settled())) {
+      if (!concluded_) concluded_ = conclude();
+      if (concluded_ && (!staging_ || staging_->returned())) {
+        succeed();
+        if (device_) device_->finish();
+        changed = true;
+      }
     }
+  } catch (const error& e) {
+    if (!finished()) device_failed(e);  // after succeed(), the call's work has all run
+    return true;
   }
   return changed;
 }

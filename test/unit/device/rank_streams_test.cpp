@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "mimatrix/device/host_port.hpp"
 
@@ -138,6 +139,28 @@ TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_the
   }
   EXPECT_TRUE(dev.live.empty()) << "the pool freed what it kept";
   EXPECT_TRUE(other.live.empty());
+}
+
+// Freeing device or pinned memory on CUDA waits for every call's gate, which the freeing
+// thread may have to open: nothing given back is freed while the rank lives, however many
+// calls ran at once. A call takes the smallest kept buffer that is large enough.
+TEST(rank_streams, buffers_given_back_are_all_kept_until_the_rank_goes_and_the_smallest_that_fits_serves) {
+  counting_port dev;
+  {
+    rank_streams streams;
+    std::vector<std::byte*> data;
+    {
+      std::vector<pooled_buffer> in_flight;
+      for (std::size_t k = 0; k < 8; ++k) {
+        in_flight.push_back(streams.scratch(dev, (k + 1) * 1024));
+        data.push_back(in_flight.back().data());
+      }
+    }
+    EXPECT_EQ(dev.live_device.size(), 8u) << "every buffer given back is kept";
+    EXPECT_EQ(streams.scratch(dev, 3000).data(), data[2]);  // 3 KiB: the smallest of 1..8 KiB that fits
+    EXPECT_EQ(streams.scratch(dev, 8 * 1024).data(), data[7]);
+  }
+  EXPECT_TRUE(dev.live_device.empty()) << "the pool freed them when the rank went";
 }
 
 TEST(rank_streams, scratch_is_device_memory_kept_apart_from_staging) {

@@ -58,6 +58,18 @@ std::vector<std::vector<std::vector<float>>> train(int ranks, bool overlap, int 
     rn::train::device_data_parallel<inproc> dp(coll, ctx, net, sgd, {.bucket_bytes = 16 << 10, .overlap = overlap},
                                                rn::nn_cuda::collective_port());
     const auto x = rn::nn_cuda::device_tensor::from_host({batch, 1, side, side}, images, ctx.stream());
+    // Ranks that are threads share one CUDA context. A rank's first pass picks cuDNN's
+    // algorithms (cudnnFind frees what it allocated: a cudaFree, which waits for the whole
+    // device) and loads kernels: were another rank's collective already holding its stream
+    // at a gate, waiting for this rank, neither would go on. So one pass first, without
+    // collectives (weights unchanged; the steps overwrite the gradients), and a barrier.
+    {
+      rn::nn_cuda::softmax_cross_entropy warm(ctx);
+      (void)warm.forward(net.forward(x, rn::model::phase::train), labels);
+      net.backward(warm.backward(), [](rn::nn_cuda::parameter&) {});
+      ctx.synchronize();
+    }
+    coll.barrier();
     for (int step = 0; step < steps; ++step) (void)dp.step(x, labels, std::uint64_t(batch * ranks), 0.05f);
     dp.drain();
     for (const auto* p : net.parameters()) weights[std::size_t(rank)].push_back(p->value.to_host(ctx.stream()));
