@@ -45,18 +45,27 @@ template <class T> struct device_array {
   ~device_array() { cudaFree(data); }
   device_array(const device_array&) = delete;
   device_array& operator=(const device_array&) = delete;
+  /// After the work that wrote it is known done. On this thread's own stream: a copy on
+  /// the legacy default stream would wait for every blocking stream, other ranks' gates too.
   std::vector<T> to_host() const {
     std::vector<T> h(n);
-    cudaMemcpy(h.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost);
+    cudaMemcpyAsync(h.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost, cudaStreamPerThread);
+    cudaStreamSynchronize(cudaStreamPerThread);
     return h;
   }
 };
 
-/// data[i] = (i % 13 + 1) * (rank + 1), after about `spin_ns` of spinning: a late producer.
+__device__ inline long long global_ns() {
+  long long t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/// data[i] = (i % 13 + 1) * (rank + 1), after `spin_ns` in every block: a late producer.
 template <class T>
 __global__ void fill_kernel(T* data, std::size_t n, int rank, long long spin_ns) {
-  if (spin_ns > 0 && blockIdx.x == 0 && threadIdx.x == 0)
-    for (long long t = 0; t < spin_ns; t += 1000) __nanosleep(1000);
+  if (spin_ns > 0 && threadIdx.x == 0)
+    for (const long long until = global_ns() + spin_ns; global_ns() < until;) __nanosleep(1000);
   __syncthreads();
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
     data[i] = T(float((i % 13 + 1) * std::size_t(rank + 1)));
@@ -136,8 +145,9 @@ void expect_exact(int p, Topology topo, const std::string& algorithm, dtype t, r
     communicator<inproc> comm(w, r);
     collectives<inproc, Topology> coll(comm, topo);
     cudaStream_t s = nullptr;
-    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     device_array<T> data(n);
+    coll.barrier();  // no rank allocates (maybe waiting for the device) while another's gate spins
     fill_kernel<<<32, 256, 0, s>>>(data.data, n, r, 0);
     coll.allreduce(data.data, data.data, n, t, op, {.algorithm = algorithm, .timeout = 20s, .stream = cuda_port::on(s), .tag = 0})
         .wait();
@@ -171,8 +181,9 @@ TEST_F(cuda_port_test, the_call_is_ordered_on_the_callers_stream_without_a_host_
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     cudaStream_t s = nullptr;
-    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     device_array<std::int32_t> data(n), seen(n);
+    coll.barrier();
     fill_kernel<<<32, 256, 0, s>>>(data.data, n, r, 20'000'000);  // 20 ms late
     auto pending = coll.allreduce(data.data, data.data, n, dtype::int32, reduce::op_kind::sum,
                                   {.algorithm = "ring", .timeout = 20s, .stream = cuda_port::on(s), .tag = 0});
@@ -191,7 +202,7 @@ TEST_F(cuda_port_test, a_failed_call_lets_the_stream_go_on) {
     collectives<inproc> coll(comm);
     if (r == 1) return;
     cudaStream_t s = nullptr;
-    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     device_array<std::int32_t> data(1000);
     auto pending = coll.allreduce(data.data, data.data, 1000, dtype::int32, reduce::op_kind::sum,
                                   {.algorithm = {}, .timeout = 300ms, .stream = cuda_port::on(s), .tag = 0});
@@ -217,8 +228,9 @@ TEST_F(cuda_port_test, ranks_of_one_process_on_two_gpus_are_exact) {
       communicator<inproc> comm(w, r);
       collectives<inproc> coll(comm);
       cudaStream_t s = nullptr;
-      CHECK_CUDA(cudaStreamCreate(&s));
+      CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       device_array<std::int32_t> data(n);
+      coll.barrier();
       fill_kernel<<<32, 256, 0, s>>>(data.data, n, r, 0);
       coll.allreduce(data.data, data.data, n, dtype::int32, reduce::op_kind::sum,
                      {.algorithm = algo, .timeout = 20s, .stream = cuda_port::on(s, gpu), .tag = 0})
