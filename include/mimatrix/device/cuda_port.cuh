@@ -87,6 +87,16 @@ inline CUresult allocation_range(CUdeviceptr* base, std::size_t* size, CUdevicep
   return resolved ? resolved(base, size, p) : CUDA_ERROR_NOT_FOUND;
 }
 
+/// The blocks this process exported, by handle, whichever port exported them.
+inline std::mutex& exported_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline std::map<std::array<std::byte, 64>, std::byte*>& exported_blocks() {
+  static std::map<std::array<std::byte, 64>, std::byte*> blocks;
+  return blocks;
+}
+
 /// Holds its stream until the flag reaches `ticket`.
 __global__ inline void gate_hold_kernel(const volatile std::uint32_t* flag, std::uint32_t ticket) {
   while (static_cast<std::int32_t>(*flag - ticket) < 0) __nanosleep(1000);
@@ -345,11 +355,20 @@ class cuda_port final : public port {
     static_assert(sizeof handle == sizeof(shared_memory::handle));
     shared_memory out;
     std::memcpy(out.handle.data(), &handle, sizeof handle);
+    {
+      std::lock_guard lock(detail::exported_mutex());
+      detail::exported_blocks()[out.handle] = reinterpret_cast<std::byte*>(base);
+    }
     return out;
   }
   /// Opens a peer's block once (it costs milliseconds); later calls return the same address.
   std::byte* import_memory(const shared_memory& block) override {
     here();
+    {  // this process's own block (ranks of one process): CUDA cannot open its own handle
+      std::lock_guard lock(detail::exported_mutex());
+      if (auto it = detail::exported_blocks().find(block.handle); it != detail::exported_blocks().end())
+        return it->second;
+    }
     std::lock_guard lock(imports_mutex_);  // held while opening: a handle is opened once
     if (auto it = imported_.find(block.handle); it != imported_.end()) return it->second;
     cudaIpcMemHandle_t handle;
