@@ -283,6 +283,9 @@ class fabric_runner {
 
 int collective_main(collective c, int argc, char** argv, const char* program) {
   const options o = parse_or_exit(argc, argv);
+  // Before CUDA starts (-G cuda): a call's gate must not share a hardware queue with the
+  // call's own work (docs/device.md); an explicit setting wins.
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   std::string provider = o.provider == "tcp" ? "tcp;ofi_rxm" : o.provider;
   if (!provider.empty()) ::setenv("MIMATRIX_PROVIDER", provider.c_str(), 1);
   if (o.ranks > 0 && !std::getenv("WORLD_SIZE") && !std::getenv("OMPI_COMM_WORLD_SIZE") &&

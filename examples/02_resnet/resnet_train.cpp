@@ -175,6 +175,9 @@ int main(int argc, char** argv) try {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   if (opt.device == "cuda") {
+    // Before CUDA starts: a collective's gate must not share a hardware queue with the
+    // collective's own work (docs/device.md); an explicit setting wins.
+    ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 #ifdef MIMATRIX_RESNET_CUDA
     return run(*make_session<rt::cuda_session>(opt));
 #else

@@ -106,6 +106,9 @@ mimatrix::bootstrap::launch_options parse(int argc, char** argv, bool& help) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The ranks inherit it: a device call's gate must not share a hardware queue with the
+  // call's own work (docs/device.md). An explicit setting (-x, or this shell's) wins.
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   mimatrix::bootstrap::launch_options options;
   bool help = false;
   try {

@@ -28,6 +28,7 @@
 
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/log.hpp"
 #include "mimatrix/device/peer_access.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/cuda.cuh"
@@ -144,6 +145,10 @@ class cuda_port final : public port {
                   "device::cuda_port: device calls cannot run with CUDA_LAUNCH_BLOCKING=1 (a call's gate on the "
                   "caller's stream would never return from its launch); unset it, or stage host buffers");
     detail::check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
+    if (const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"); queues && std::atoi(queues) < 8)
+      log(log_level::warn, std::string("device::cuda_port: CUDA_DEVICE_MAX_CONNECTIONS=") + queues +
+                               ": a device call's gate may share a hardware queue with the call's own work, and "
+                               "hang it; mimatrix wants 32 (docs/device.md)");
     load_kernels();
     detail::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&flags_), gate_slots * sizeof(std::uint32_t),
                                      cudaHostAllocMapped | cudaHostAllocPortable),
