@@ -598,6 +598,8 @@ class device_sharing : public ::testing::TestWithParam<std::string> {};
 
 // The mailboxes carry where the data lies; tcp has them only when asked.
 const std::vector<std::pair<std::string, std::string>> mailboxes_on{{"MIMATRIX_MAILBOX", "on"}};
+// Without them device calls stage through host memory.
+const std::vector<std::pair<std::string, std::string>> mailboxes_off{{"MIMATRIX_MAILBOX", "off"}};
 
 TEST_P(device_sharing, peers_read_each_others_device_buffers_exactly) {
   const auto result = test::run_ranks(3, GetParam(), "shared_collectives", mailboxes_on);
@@ -662,7 +664,6 @@ TEST_P(device_sharing, calls_on_two_streams_and_a_host_call_in_flight_are_exact)
 }
 
 TEST_P(device_sharing, a_call_failing_behind_an_earlier_call_on_its_stream_lets_both_end) {
-  const std::vector<std::pair<std::string, std::string>> mailboxes_off{{"MIMATRIX_MAILBOX", "off"}};
   for (const auto& [algorithm, mailboxes] : {std::pair{"ring", mailboxes_on}, {"", mailboxes_on}, {"", mailboxes_off}}) {
     auto env = mailboxes;
     env.emplace_back("MIMATRIX_TEST_ALGORITHM", algorithm);
@@ -674,7 +675,6 @@ TEST_P(device_sharing, a_call_failing_behind_an_earlier_call_on_its_stream_lets_
 // As GDRAA's one pass (automatic's choice), as a ring reading peers' memory, and staged
 // through host memory (no mailboxes).
 TEST_P(device_sharing, an_abort_fails_device_calls_in_flight_and_lets_their_streams_go) {
-  const std::vector<std::pair<std::string, std::string>> mailboxes_off{{"MIMATRIX_MAILBOX", "off"}};
   for (const auto& [algorithm, mailboxes] : {std::pair{"", mailboxes_on}, {"ring", mailboxes_on}, {"", mailboxes_off}}) {
     auto env = mailboxes;
     env.emplace_back("MIMATRIX_TEST_ALGORITHM", algorithm);

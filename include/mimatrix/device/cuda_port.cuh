@@ -168,10 +168,8 @@ class cuda_port final : public port {
                        "loading the gate kernels");
     detail::check_cuda(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&detail::gate_open_kernel)),
                        "loading the gate kernels");
-    for (const dtype type : {dtype::int8, dtype::uint8, dtype::int32, dtype::int64, dtype::float16, dtype::bfloat16,
-                             dtype::float32, dtype::float64})
-      for (const auto op : {reduce::op_kind::sum, reduce::op_kind::prod, reduce::op_kind::min, reduce::op_kind::max,
-                            reduce::op_kind::avg})
+    for (const dtype type : reduce::detail::every_dtype)
+      for (const reduce::op_kind op : reduce::detail::every_op)
         detail::with_operation(type, op, [&](auto o) {
           detail::check_cuda(reduce::cuda::detail::load_kernels<decltype(o)>(), "loading the reduction kernels");
         });

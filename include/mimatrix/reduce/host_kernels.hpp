@@ -2,6 +2,7 @@
 // are compiled once for every operation, and runtime-typed calls find theirs by value.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <type_traits>
 
@@ -24,6 +25,11 @@ struct host_kernels {
 };
 
 namespace detail {
+/// Every dtype and every operation, in their enums' order (a kernel table's, a port's).
+inline constexpr std::array every_dtype{dtype::int8,     dtype::uint8,    dtype::int32,   dtype::int64,
+                                        dtype::float16,  dtype::bfloat16, dtype::float32, dtype::float64};
+inline constexpr std::array every_op{op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
+
 template <operation Op>
 void combine_bytes(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t bytes) {
   using T = typename Op::value_type;

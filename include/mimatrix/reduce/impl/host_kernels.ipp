@@ -11,10 +11,6 @@
 namespace mimatrix::reduce {
 
 namespace detail {
-inline constexpr std::array every_dtype{dtype::int8,     dtype::uint8,    dtype::int32,   dtype::int64,
-                                        dtype::float16,  dtype::bfloat16, dtype::float32, dtype::float64};
-inline constexpr std::array every_op{op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
-
 template <element T>
 constexpr host_kernels kernels_of_kind(op_kind op) {
   switch (op) {
