@@ -15,6 +15,7 @@ set -euo pipefail
 build=${1:-build/default}
 out=${2:-build/gpu}
 binaries=(
+  benchmark/device/cuda_stream_hazards
   test/unit/reduce/reduce_cuda_test
   test/unit/device/device_cuda_port_test
   test/integration/cuda/integration_device_cuda_test
@@ -75,10 +76,16 @@ step() {
   ((left > ${STEP_LIMIT_S:-240})) && left=${STEP_LIMIT_S:-240}
   if ((left < 15)); then echo "$name: not run, out of time"; return; fi
   timeout "$left" "$@" > "$results/$name.txt" 2>&1 || rc=$?
-  echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|failed|Out of bounds|error|^epoch [0-9]+\/|# +268435456 ' "$results/$name.txt" | tail -3 | tr '\n' ' ')"
+  echo "$name: exit $rc in $((SECONDS - start)) s; $(grep -E 'PASSED|FAILED|failed|Out of bounds|error|^epoch [0-9]+\/|# +268435456 |STUCK|BLOCKS|SERIALIZES' "$results/$name.txt" | tail -3 | tr '\n' ' ')"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv > "$results/gpu.txt" 2>&1
 cat "$results/gpu.txt"
+# First, what the design takes on trust from CUDA: gates opened by work on other streams
+# with 1, 8 (CUDA's default) and 32 hardware queues, and calls made while a gate holds a
+# stream (seconds each; never hangs: the host opens a gate past a deadline).
+for c in 1 8 32; do
+  CUDA_DEVICE_MAX_CONNECTIONS=$c STEP_LIMIT_S=60 step "stream_hazards_$c" "$here/bin/cuda_stream_hazards"
+done
 # Tests that could hang (a gate that never opens) get 150 s each, not 240.
 STEP_LIMIT_S=150 step reduce_cuda "$here/bin/reduce_cuda_test"
 STEP_LIMIT_S=150 step cuda_port "$here/bin/device_cuda_port_test"
