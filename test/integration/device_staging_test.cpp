@@ -119,6 +119,33 @@ MIMATRIX_SCENARIO(staged_collectives) {
   return wrong == 0 ? 0 : 1;
 }
 
+// A call whose staging must grow (it is larger than any before) while an earlier call's
+// gate holds the stream, on a "GPU" whose allocations wait for its queued work, as CUDA's
+// may. Made under the progress engine's lock, the call's allocation waited for a gate that
+// only the progress thread, shut out by that lock, could open (it failed after 5 s).
+MIMATRIX_SCENARIO(staging_grows_while_a_call_is_in_flight) {
+  device::host_port dev({.lag = 20us, .allocations_wait_for_device = 5000ms});
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int p = comm.size(), r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+  std::vector<std::int64_t> first(1000, r + 1), second(100'000, 10 * (r + 1));
+  if (r == p - 1) std::this_thread::sleep_for(300ms);  // the first call waits for it
+  auto a = coll.allreduce(first.data(), first.data(), first.size(), dtype::int64, reduce::op_kind::sum, on_stream);
+  auto b = coll.allreduce(second.data(), second.data(), second.size(), dtype::int64, reduce::op_kind::sum, on_stream);
+  a.wait();
+  b.wait();
+  dev.synchronize(s.handle);
+  int wrong = 0;
+  for (std::int64_t v : first) wrong += v != p * (p + 1) / 2;
+  for (std::int64_t v : second) wrong += v != 10 * p * (p + 1) / 2;
+  dev.free_stream(s.handle);
+  if (wrong == 0) std::printf("rank %d: staged device calls exact\n", r);
+  return wrong == 0 ? 0 : 1;
+}
+
 class device_staging : public ::testing::TestWithParam<std::string> {};
 
 void expect_exact(const bootstrap::launch_result& result, int ranks) {
@@ -142,6 +169,10 @@ TEST_P(device_staging, in_small_pieces_every_step_waits_for_its_input_and_every_
   expect_exact(test::run_ranks(3, GetParam(), "staged_collectives",
                                {{"MIMATRIX_STAGING_PIECE_BYTES", "1024"}, {"MIMATRIX_DEVICE_IPC", "0"}}),
                3);
+}
+
+TEST_P(device_staging, staging_that_must_grow_while_a_call_is_in_flight_lets_it_end) {
+  expect_exact(test::run_ranks(3, GetParam(), "staging_grows_while_a_call_is_in_flight", staged), 3);
 }
 
 // A provider that cannot move device memory itself (tcp: no FI_HMEM) stages it, even

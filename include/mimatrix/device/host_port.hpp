@@ -51,6 +51,10 @@ class host_port final : public port {
     /// reduce_many as one pass, as a GPU's kernel does; false: the port's default
     /// (combines and copies), so that tests run that too.
     bool reduce_many_in_one_pass = true;
+    /// Allocations (allocate_device, allocate_host) first wait for the work queued on the
+    /// port's streams, as CUDA may make them wait (its implicit synchronizations), for at
+    /// most this long, and then fail; zero: they do not wait.
+    std::chrono::milliseconds allocations_wait_for_device{0};
   };
 
   host_port() : host_port(settings{}) {}
@@ -188,6 +192,7 @@ class host_port final : public port {
   /// "Device" memory: host memory that the port knows as its device's, in a memfd of its
   /// own so that another process can map it (export_memory).
   void* allocate_device(std::size_t bytes) override {
+    wait_for_device("device", bytes);
     const std::uint64_t id = next_block_id_.fetch_add(1);
     const int fd = ::memfd_create(block_name(::getpid(), id).c_str(), MFD_CLOEXEC);
     if (fd < 0) throw allocation_error("memfd_create", bytes);
@@ -214,6 +219,10 @@ class host_port final : public port {
     }
     ::munmap(p, mapped_bytes(freed.bytes));
     ::close(freed.fd);
+  }
+  void* allocate_host(std::size_t bytes) override {
+    wait_for_device("host", bytes);
+    return port::allocate_host(bytes);
   }
   /// Whether [p, p + bytes) lies in one allocate_device block or one imported block.
   bool on_device(const void* p, std::size_t bytes) const {
@@ -381,6 +390,26 @@ class host_port final : public port {
                                                 describe_address(p) + ", not device memory: a GPU kernel would fault there");
   }
 
+
+  /// As settings::allocations_wait_for_device says: until the work queued so far on every
+  /// stream is done.
+  void wait_for_device(const char* memory, std::size_t bytes) {
+    if (settings_.allocations_wait_for_device.count() <= 0) return;
+    std::unique_lock lock(mutex_);
+    std::vector<std::pair<const queue*, std::uint64_t>> until;
+    for (const queue* s : streams_) until.emplace_back(s, s->queued);
+    const auto idle = [&] {
+      for (const auto& [s, count] : until)
+        if (streams_.count(const_cast<queue*>(s)) && s->finished < count) return false;
+      return true;
+    };
+    if (!changed_.wait_for(lock, settings_.allocations_wait_for_device, idle))
+      throw error(errc::timeout, "device::host_port: an allocation of " + std::to_string(bytes) + " bytes of " +
+                                     memory + " memory waited " +
+                                     std::to_string(settings_.allocations_wait_for_device.count()) +
+                                     " ms for the device's queued work, and it is not done (a gate that the "
+                                     "allocating thread keeps from opening?)");
+  }
 
   void run(queue& s) {
     std::unique_lock lock(mutex_);

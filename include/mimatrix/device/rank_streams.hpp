@@ -171,9 +171,18 @@ inline pooled_stream::~pooled_stream() {
 }
 
 /// @par Thread Safety
-/// take_stream(), staging() and scratch() may be called from any thread.
+/// take_stream(), staging(), scratch() and made_outside() may be called from any thread.
 class rank_streams {
  public:
+  /// What a call needed that the pool did not hold, while made_outside() kept its takes
+  /// to the pool (not a std::exception: nothing on the way may mistake it for a failure).
+  struct shortfall {
+    port* owner = nullptr;
+    bool stream = false;  // else a buffer of `kind`, `bytes` long
+    memory_kind kind = memory_kind::host;
+    std::size_t bytes = 0;
+  };
+
   rank_streams() = default;
   rank_streams(const rank_streams&) = delete;
   rank_streams& operator=(const rank_streams&) = delete;
@@ -182,6 +191,31 @@ class rank_streams {
   ~rank_streams() {
     streams_->close();
     pool_->close();
+  }
+
+  /// make() (which takes a progress engine's lock and makes a call) with the takes of this
+  /// thread from this rank limited to what the pool holds. Where the pool lacks a stream
+  /// or a buffer, the call is unmade, the pool grows here, with no lock held, and make()
+  /// runs again. On CUDA, allocating pinned or device memory may wait for the device
+  /// (CUDA's implicit synchronizations), and so for another call's gate, which only the
+  /// progress thread can open, and only once it has the lock. make() must take nothing
+  /// from this rank after it has queued device work: an unmade call leaves none behind.
+  template <class Make>
+  auto made_outside(Make&& make) -> decltype(make()) {
+    for (int attempt = 0;; ++attempt) {
+      shortfall missing;
+      {
+        // Past a few tries (other threads of the rank took what grew), a call allocates as
+        // before rather than never being made.
+        const pool_only scope(*this, attempt < max_attempts);
+        try {
+          return make();
+        } catch (const shortfall& s) {
+          missing = s;
+        }
+      }
+      grow(missing);
+    }
   }
 
   /// A stream of `p` for one call: a kept one, or a new one.
@@ -196,6 +230,7 @@ class rank_streams {
           return pooled_stream(streams_, &p, s);
         }
     }
+    if (pool_only_ == this) throw shortfall{&p, true};
     return pooled_stream(streams_, &p, p.make_stream());
   }
 
@@ -208,6 +243,32 @@ class rank_streams {
   }
 
  private:
+  static constexpr int max_attempts = 8;
+
+  /// Within it, this thread's takes from `r` throw a shortfall instead of allocating.
+  class pool_only {
+   public:
+    pool_only(const rank_streams& r, bool on) : before_(pool_only_) {
+      if (on) pool_only_ = &r;
+    }
+    ~pool_only() { pool_only_ = before_; }
+    pool_only(const pool_only&) = delete;
+    pool_only& operator=(const pool_only&) = delete;
+
+   private:
+    const rank_streams* before_;
+  };
+
+  /// Makes what a call lacked and keeps it in the pool for the call's next try.
+  void grow(const shortfall& s) {
+    if (s.stream) {
+      const pooled_stream made(streams_, s.owner, s.owner->make_stream());  // kept as it goes
+      return;
+    }
+    void* data = s.kind == memory_kind::host ? s.owner->allocate_host(s.bytes) : s.owner->allocate_device(s.bytes);
+    const pooled_buffer made(pool_, {s.owner, s.kind, static_cast<std::byte*>(data), s.bytes});  // kept as it goes
+  }
+
   pooled_buffer take(port& p, memory_kind kind, std::size_t bytes) {
     {
       std::lock_guard lock(pool_->mutex);
@@ -223,9 +284,12 @@ class rank_streams {
         return pooled_buffer(pool_, e);
       }
     }
+    if (pool_only_ == this) throw shortfall{&p, false, kind, bytes};
     void* data = kind == memory_kind::host ? p.allocate_host(bytes) : p.allocate_device(bytes);
     return pooled_buffer(pool_, {&p, kind, static_cast<std::byte*>(data), bytes});
   }
+
+  static inline thread_local const rank_streams* pool_only_ = nullptr;
 
   std::shared_ptr<pooled_stream::pool> streams_ = std::make_shared<pooled_stream::pool>();
   std::shared_ptr<pooled_buffer::pool> pool_ = std::make_shared<pooled_buffer::pool>();

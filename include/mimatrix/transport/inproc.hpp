@@ -70,9 +70,11 @@ class inproc {
                                                      const signature& sig, const reduce::host_kernels& kernels,
                                                      std::chrono::milliseconds timeout, const device::stream& caller) {
     if (engine_->mode() != progress_mode::thread) engine_->set_mode(progress_mode::thread);
-    auto lock = engine_->lock();
-    return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, std::move(plan), input, output, sig,
-                                                      kernels, timeout, &caller, streams_.get());
+    return streams_->made_outside([&]() -> std::unique_ptr<mimatrix::detail::operation> {
+      auto lock = engine_->lock();
+      return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, plan, input, output, sig, kernels,
+                                                        timeout, &caller, streams_.get());
+    });
   }
 
   /// Threads of one process reach each other's device memory (on several GPUs, through

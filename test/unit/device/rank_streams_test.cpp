@@ -19,7 +19,10 @@ namespace {
 class counting_port final : public port {
  public:
   std::string_view name() const override { return "counting"; }
-  stream_handle make_stream() override { return inner_.make_stream(); }
+  stream_handle make_stream() override {
+    made_while_making += making;
+    return inner_.make_stream();
+  }
   void free_stream(stream_handle s) noexcept override {
     ++streams_freed;
     inner_.free_stream(s);
@@ -41,6 +44,7 @@ class counting_port final : public port {
   void synchronize(stream_handle s) override { inner_.synchronize(s); }
 
   void* allocate_host(std::size_t bytes) override {
+    made_while_making += making;
     void* p = port::allocate_host(bytes);
     live[p] = bytes;
     ++allocations;
@@ -53,6 +57,7 @@ class counting_port final : public port {
   }
 
   void* allocate_device(std::size_t bytes) override {
+    made_while_making += making;
     void* p = inner_.allocate_device(bytes);
     live_device[p] = bytes;
     return p;
@@ -66,6 +71,8 @@ class counting_port final : public port {
   std::map<void*, std::size_t> live, live_device;
   int allocations = 0;
   int streams_freed = 0;
+  bool making = false;        // within made_outside's make(), where a lock would be held
+  int made_while_making = 0;  // streams and buffers made there
 
  private:
   host_port inner_;
@@ -194,6 +201,64 @@ TEST(rank_streams, a_buffer_that_outlives_its_pool_is_freed_by_its_port) {
   EXPECT_EQ(dev.live.size(), 1u);
   kept_past = pooled_buffer{};
   EXPECT_TRUE(dev.live.empty());
+}
+
+// A call is made under its progress engine's lock, where an allocation that waits for the
+// device (CUDA's may) would wait for a gate only the lock's other holder opens. What the
+// call lacks is made outside make(), which runs again and finds it kept; a call that needs
+// nothing new is made at once.
+TEST(rank_streams, made_outside_makes_what_a_call_lacks_outside_make_and_runs_it_again) {
+  counting_port dev;
+  rank_streams streams;
+  int runs = 0;
+  const auto call = [&] {
+    ++runs;
+    dev.making = true;
+    struct taken {
+      pooled_stream stream;
+      pooled_buffer staging, scratch;
+    } t{streams.take_stream(dev), streams.staging(dev, 4096), streams.scratch(dev, 1024)};
+    dev.making = false;
+    return t;
+  };
+  const auto make = [&] {
+    try {
+      return call();
+    } catch (...) {
+      dev.making = false;
+      throw;
+    }
+  };
+  auto first = streams.made_outside(make);
+  EXPECT_EQ(runs, 4) << "a stream, a staging buffer and a scratch buffer lacked, one a run";
+  EXPECT_EQ(dev.made_while_making, 0);
+  ASSERT_NE(first.stream.get(), nullptr);
+  EXPECT_GE(first.staging.size(), 4096u);
+  EXPECT_EQ(dev.live_device.count(first.scratch.data()), 1u);
+  EXPECT_EQ(dev.live.size(), 1u) << "what a run took before it lacked something went back to the pool";
+  first = {};
+  runs = 0;
+  auto again = streams.made_outside(make);
+  EXPECT_EQ(runs, 1) << "everything kept";
+  EXPECT_EQ(dev.allocations, 1);
+}
+
+// Other threads of the rank could take what grew before the call runs again: past a few
+// runs, it allocates as it goes rather than never being made.
+TEST(rank_streams, a_call_that_lacks_something_at_every_run_is_made_at_last) {
+  counting_port dev;
+  rank_streams streams;
+  std::size_t bytes = 64;
+  int runs = 0;
+  std::vector<pooled_buffer> taken_by_others;
+  auto made = streams.made_outside([&] {
+    ++runs;
+    taken_by_others.push_back(streams.staging(dev, 1));  // the grown one, taken first
+    return streams.staging(dev, bytes *= 2);
+  });
+  EXPECT_GT(runs, 1);
+  EXPECT_LT(runs, 20);
+  EXPECT_GE(made.size(), bytes);
 }
 
 }  // namespace

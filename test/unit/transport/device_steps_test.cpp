@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -501,6 +502,40 @@ TEST(device_steps, a_call_failing_behind_an_earlier_call_on_its_stream_lets_both
       EXPECT_NE(second_error.find("timed out"), std::string::npos) << "rank " << r << ": " << second_error;
     }
     std::printf("rank %d: first call: %s\n", r, first_error.c_str());
+    dev.free_stream(s);
+  });
+}
+
+// A call that must allocate (its rank's pool lacks a larger scratch and a second stream)
+// while an earlier call's gate still holds the caller's stream. On CUDA an allocation may
+// wait for the device, that gate included, which only the progress thread opens, once
+// it has the engine's lock: a call made under that lock hung there. Each rank has a
+// "GPU" of its own whose allocations wait for its queued work (failing past 5 s, as they
+// did when made under the lock).
+TEST(device_steps, a_call_that_allocates_while_an_earlier_call_is_in_flight_lets_it_end) {
+  constexpr int p = 4;
+  constexpr std::size_t small = 1000, large = 8000;
+  std::vector<std::unique_ptr<device::host_port>> devices;
+  for (int r = 0; r < p; ++r)
+    devices.push_back(std::make_unique<device::host_port>(
+        device::host_port::settings{.lag = 20us, .allocations_wait_for_device = 5000ms}));
+  std::barrier made(p);
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    device::host_port& dev = *devices[std::size_t(r)];
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    const device::stream_handle s = dev.make_stream();
+    device_array<std::int64_t> first(dev, small, r + 1), second(dev, large, 10 * (r + 1));
+    made.arrive_and_wait();  // arrays too wait for the device: all are made before any call
+    if (r == p - 1) std::this_thread::sleep_for(300ms);  // the first call waits for it
+    auto a = coll.allreduce(first.data(), first.data(), small, dtype::int64, reduce::op_kind::sum, on(dev, s, "recursive_doubling"));
+    auto b = coll.allreduce(second.data(), second.data(), large, dtype::int64, reduce::op_kind::sum, on(dev, s, "recursive_doubling"));
+    a.wait();
+    b.wait();
+    dev.synchronize(s);
+    for (std::size_t i = 0; i < small; ++i) ASSERT_EQ(first[i], p * (p + 1) / 2) << "rank " << r << ", element " << i;
+    for (std::size_t i = 0; i < large; ++i)
+      ASSERT_EQ(second[i], 10 * p * (p + 1) / 2) << "rank " << r << ", element " << i;
     dev.free_stream(s);
   });
 }

@@ -58,6 +58,16 @@ class execution final : public step_executor, private call {
         packed_(wire::pack(sig, this->plan().algorithm)),
         ws_(ep_->take_workspace()),
         user_output_(output) {
+    // A call unmade by an exception (bad input, or a rank's pool short of device memory:
+    // rank_streams::made_outside) gives its workspace back, or the endpoint would count it
+    // in flight for ever.
+    struct unmade_guard {
+      execution& call;
+      bool made = false;
+      ~unmade_guard() {
+        if (!made) call.give_back_memory();
+      }
+    } unmade{*this};
     mem_ = {input, output, nullptr};
     shared_ = caller && shares_device_memory(*caller->device);
     if (caller && !shared_ && writes_peers_directly(*ep_, this->plan(), *caller->device)) direct_.emplace(this->plan());
@@ -144,6 +154,7 @@ class execution final : public step_executor, private call {
       // failed, saying why
     } else
       stage_more();  // receives into staging depend on nothing: post as many as there are slots now
+    unmade.made = true;
     start();
   }
 

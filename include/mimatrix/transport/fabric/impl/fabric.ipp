@@ -124,10 +124,15 @@ MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::sh
                                                                          const device::stream& caller) {
   progress_engine& engine = endpoint_->engine();
   if (engine.mode() != progress_mode::thread) engine.set_mode(progress_mode::thread);
-  auto lock = engine.lock();
-  if (!device_) device_ = std::make_shared<device::rank_streams>();
-  return std::make_unique<detail::fabric::execution>(endpoint_, std::move(plan), input, output, sig, kernels, timeout,
-                                                     &caller, device_.get());
+  {
+    auto lock = engine.lock();
+    if (!device_) device_ = std::make_shared<device::rank_streams>();
+  }
+  return device_->made_outside([&]() -> std::unique_ptr<mimatrix::detail::operation> {
+    auto lock = engine.lock();
+    return std::make_unique<detail::fabric::execution>(endpoint_, plan, input, output, sig, kernels, timeout, &caller,
+                                                       device_.get());
+  });
 }
 
 MIMATRIX_DECL void fabric::fail(const signature& sig, errc code, const std::string& why) {
