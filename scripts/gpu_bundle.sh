@@ -89,6 +89,8 @@ done
 # Tests that could hang (a gate that never opens) get 150 s each, not 240.
 STEP_LIMIT_S=150 step reduce_cuda "$here/bin/reduce_cuda_test"
 STEP_LIMIT_S=150 step cuda_port "$here/bin/device_cuda_port_test"
+# The same with gates as stream memory operations (no SM spinning; timeslices left to others).
+MIMATRIX_DEVICE_GATE=memop STEP_LIMIT_S=150 step cuda_port_memop "$here/bin/device_cuda_port_test"
 STEP_LIMIT_S=150 step device_cuda_processes "$here/bin/integration_device_cuda_test"
 # Two ranks sharing the GPU, peers reading each other's memory (CUDA IPC): the default
 # (automatic takes GDRAA's one pass a rank into both outputs, the least traffic), then the
@@ -97,6 +99,8 @@ STEP_LIMIT_S=150 step device_cuda_processes "$here/bin/integration_device_cuda_t
 perf=("$here/bin/allreduce_perf" --ranks 2 --provider shm -G cuda -b 1M -e 256M -f 4 -n 20 -w 5 -c 1)
 MIMATRIX_DEVICE_IPC=1 MIMATRIX_DEBUG=INFO step perf_ipc "${perf[@]}"  # INFO: automatic says it took the one pass
 MIMATRIX_DEVICE_IPC=1 step perf_ipc_ring "${perf[@]}" --algo ring
+# Two processes take turns on the GPU: a spinning gate holds its process's turn.
+MIMATRIX_DEVICE_IPC=1 MIMATRIX_DEVICE_GATE=memop step perf_ipc_memop "${perf[@]}"
 STEP_LIMIT_S=150 step nn_cuda "$here/bin/resnet_nn_cuda_test"
 STEP_LIMIT_S=150 step model_cuda "$here/bin/resnet_model_cuda_test"
 STEP_LIMIT_S=150 step data_parallel_cuda "$here/bin/resnet_data_parallel_cuda_test"

@@ -1,7 +1,9 @@
 // device::port on CUDA: copies are cudaMemcpyAsync, combines the kernels of
 // reduce/cuda.cuh found by (dtype, op), events are cudaEvents, and a gate is a one-thread
 // kernel that spins on a flag in mapped host memory until a kernel on another stream sets
-// it, so the caller's stream waits for a call queued after it with no host in between.
+// it, so the caller's stream waits for a call queued after it with no host in between
+// (MIMATRIX_DEVICE_GATE=memop: a cuStreamWaitValue32 that a cuStreamWriteValue32 opens,
+// which occupies no SM and leaves a waiting process's timeslices to others).
 // For .cu files; `cuda_port::instance()` is the process's port, on the device current where
 // it is first used (one GPU a process, as one rank a GPU); `cuda_port::for_device(d)` gives
 // ranks of one process on several GPUs a port each, with peer access between them.
@@ -88,6 +90,32 @@ inline CUresult allocation_range(CUdeviceptr* base, std::size_t* size, CUdevicep
   return resolved ? resolved(base, size, p) : CUDA_ERROR_NOT_FOUND;
 }
 
+/// cuStreamWaitValue32 and cuStreamWriteValue32 (stream memory operations), found through
+/// the runtime as allocation_range is; null where the driver lacks them.
+struct stream_memops {
+  PFN_cuStreamWaitValue32_v11070 wait = nullptr;
+  PFN_cuStreamWriteValue32_v11070 write = nullptr;
+};
+inline stream_memops find_stream_memops() {
+  void* wait = nullptr;
+  void* write = nullptr;
+#if CUDART_VERSION >= 12050
+  const bool found =
+      cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &wait, 11070, cudaEnableDefault, nullptr) == cudaSuccess &&
+      cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &write, 11070, cudaEnableDefault, nullptr) == cudaSuccess;
+#else
+  const bool found = cudaGetDriverEntryPoint("cuStreamWaitValue32", &wait, cudaEnableDefault) == cudaSuccess &&
+                     cudaGetDriverEntryPoint("cuStreamWriteValue32", &write, cudaEnableDefault) == cudaSuccess;
+#endif
+  if (!found || !wait || !write) return {};
+  return {reinterpret_cast<PFN_cuStreamWaitValue32_v11070>(wait), reinterpret_cast<PFN_cuStreamWriteValue32_v11070>(write)};
+}
+
+inline void check_driver(CUresult r, std::string_view what) {
+  if (r == CUDA_SUCCESS) return;
+  throw error(errc::cuda, "device::cuda_port: " + std::string(what) + ": CUresult " + std::to_string(int(r)));
+}
+
 /// The blocks this process exported, by handle, whichever port exported them.
 inline std::mutex& exported_mutex() {
   static std::mutex m;
@@ -149,6 +177,17 @@ class cuda_port final : public port {
       log(log_level::warn, std::string("device::cuda_port: CUDA_DEVICE_MAX_CONNECTIONS=") + queues +
                                ": a device call's gate may share a hardware queue with the call's own work, and "
                                "hang it; mimatrix wants 32 (docs/device.md)");
+    if (const char* kind = std::getenv("MIMATRIX_DEVICE_GATE"); kind && *kind) {
+      const std::string_view k(kind);
+      if (k == "memop")
+        memops_ = detail::find_stream_memops();
+      else if (k != "kernel")
+        throw error(errc::invalid_argument, "device::cuda_port: MIMATRIX_DEVICE_GATE=" + std::string(k) +
+                                                ": a gate is a spinning \"kernel\" (the default) or a \"memop\"");
+      if (k == "memop" && !memops_.wait)
+        throw error(errc::invalid_argument, "device::cuda_port: MIMATRIX_DEVICE_GATE=memop, but the driver has no "
+                                            "cuStreamWaitValue32 or cuStreamWriteValue32");
+    }
     load_kernels();
     detail::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&flags_), gate_slots * sizeof(std::uint32_t),
                                      cudaHostAllocMapped | cudaHostAllocPortable),
@@ -302,15 +341,27 @@ class cuda_port final : public port {
     here();
     std::uint32_t ticket = 0;
     while (ticket == 0) ticket = next_ticket_.fetch_add(1) + 1;  // 0 is no gate (it wraps after 2^32)
-    detail::gate_hold_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
-    detail::check_cuda(cudaGetLastError(), "launch of a gate");
+    std::uint32_t* flag = device_flags_ + ticket % gate_slots;
+    if (memops_.wait) {  // GEQ compares cyclically, as the kernel does
+      detail::check_driver(memops_.wait(as_stream(s), CUdeviceptr(flag), ticket, CU_STREAM_WAIT_VALUE_GEQ),
+                           "cuStreamWaitValue32 of a gate");
+    } else {
+      detail::gate_hold_kernel<<<1, 1, 0, as_stream(s)>>>(flag, ticket);
+      detail::check_cuda(cudaGetLastError(), "launch of a gate");
+    }
     return reinterpret_cast<gate>(static_cast<std::uintptr_t>(ticket));
   }
   void open(stream_handle s, gate g) override {
     here();
     const auto ticket = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(g));
-    detail::gate_open_kernel<<<1, 1, 0, as_stream(s)>>>(device_flags_ + ticket % gate_slots, ticket);
-    detail::check_cuda(cudaGetLastError(), "launch of a gate's opening");
+    std::uint32_t* flag = device_flags_ + ticket % gate_slots;
+    if (memops_.write) {
+      detail::check_driver(memops_.write(as_stream(s), CUdeviceptr(flag), ticket, CU_STREAM_WRITE_VALUE_DEFAULT),
+                           "cuStreamWriteValue32 of a gate's opening");
+    } else {
+      detail::gate_open_kernel<<<1, 1, 0, as_stream(s)>>>(flag, ticket);
+      detail::check_cuda(cudaGetLastError(), "launch of a gate's opening");
+    }
   }
 
   void synchronize(stream_handle s) override {
@@ -417,6 +468,7 @@ class cuda_port final : public port {
   std::uint32_t* flags_ = nullptr;         // host view of the gate flags
   std::uint32_t* device_flags_ = nullptr;  // the same memory as kernels see it
   std::atomic<std::uint32_t> next_ticket_{0};
+  detail::stream_memops memops_;  // gates as stream memory operations (MIMATRIX_DEVICE_GATE=memop); else kernels
   int device_ = 0;
   std::mutex imports_mutex_;
   std::map<std::array<std::byte, 64>, std::byte*> imported_;  // peers' blocks by handle
