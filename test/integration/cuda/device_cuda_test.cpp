@@ -204,7 +204,7 @@ MIMATRIX_SCENARIO(cuda_peer_dies) {
 class device_cuda : public ::testing::TestWithParam<std::pair<std::string, std::string>> {
  protected:
   void SetUp() override {
-    if (!test::gpu::port_or_null()) GTEST_SKIP() << "no CUDA device";
+    if (const std::string why = test::gpu::why_processes_cannot_share_a_gpu(); !why.empty()) GTEST_SKIP() << why;
   }
 };
 

@@ -22,6 +22,22 @@ device::port* port_or_null() {
   return &device::cuda_port::instance();
 }
 
+std::string why_processes_cannot_share_a_gpu() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    (void)cudaGetLastError();
+    return "no CUDA device";
+  }
+  int mode = cudaComputeModeDefault;
+  if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  if (mode == cudaComputeModeExclusiveProcess) return "GPU 0 is in exclusive-process compute mode: one process at most";
+  if (mode == cudaComputeModeProhibited) return "GPU 0 is in prohibited compute mode: no process may use it";
+  return "";
+}
+
 void hold_stream(device::stream_handle s, int microseconds) {
   spin_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(1000LL * microseconds);
 }
