@@ -59,13 +59,15 @@ class execution final : public step_executor, private call {
         ws_(ep_->take_workspace()),
         user_output_(output) {
     // A call unmade by an exception (bad input, or a rank's pool short of device memory:
-    // rank_streams::made_outside) gives its workspace back, or the endpoint would count it
-    // in flight for ever.
+    // rank_streams::made_outside, which makes it again) gives its workspace back, or the
+    // endpoint would count it in flight for ever, and its bookkeeping, for the next try.
     struct unmade_guard {
       execution& call;
       bool made = false;
       ~unmade_guard() {
-        if (!made) call.give_back_memory();
+        if (made) return;
+        call.give_back_memory();
+        call.ep_->give_bookkeeping(call.release_bookkeeping());
       }
     } unmade{*this};
     mem_ = {input, output, nullptr};
