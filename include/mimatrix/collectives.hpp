@@ -10,6 +10,7 @@
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/options.hpp"  // call_options
+#include "mimatrix/detail/across_hosts.hpp"
 #include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
 #include "mimatrix/reduce/ops.hpp"
@@ -50,8 +51,20 @@ class collectives {
         core_(comm.state(), detail::face_of(comm.transport()), std::make_shared<const Topology>(std::move(topo)),
               &detail::automatic_on<Topology>, detail::suggestion_of(comm.transport())) {}
 
+  /// On device buffers over ranks of several hosts that reach the device memory of their
+  /// own host's ranks only, and with no algorithm named: within each host through that
+  /// memory, across the hosts a share a rank (detail/across_hosts.hpp). The first such
+  /// call splits the communicator by host, on every rank.
   [[nodiscard]] request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
                                   const call_options& options = {}) {
+    if (options.stream && options.algorithm.empty() &&
+        detail::across_hosts<Transport>::may_apply(comm_, *options.stream)) {
+      if (!split_tried_) {
+        split_tried_ = true;
+        hosts_ = detail::across_hosts<Transport>::split(comm_, core_, *options.stream);
+      }
+      if (hosts_) return hosts_->allreduce(core_, input, output, count, type, op, options);
+    }
     return core_.allreduce(input, output, count, type, op, options);
   }
   [[nodiscard]] request reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
@@ -75,6 +88,8 @@ class collectives {
  private:
   communicator<Transport>& comm_;
   detail::collectives_core core_;
+  bool split_tried_ = false;
+  std::unique_ptr<detail::across_hosts<Transport>> hosts_;  // after core_: its calls go first
 };
 
 }  // namespace mimatrix

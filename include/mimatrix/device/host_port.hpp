@@ -103,7 +103,10 @@ class host_port final : public port {
   }
 
   void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override {
-    if (bytes && (!on_device(dst, bytes) || !on_device(src, bytes))) ++host_copies_;
+    if (bytes && (!on_device(dst, bytes) || !on_device(src, bytes))) {
+      ++host_copies_;
+      host_copy_bytes_ += bytes;
+    }
     if (dst != src) traffic_ += 2 * bytes;
     enqueue(s, [=] {
       if (dst != src && bytes) std::memmove(dst, src, bytes);
@@ -282,6 +285,8 @@ class host_port final : public port {
   /// How many copies touched host memory (staging through the host does; a call whose
   /// data moves device to device does not).
   std::size_t host_copies() const { return host_copies_; }
+  /// Their bytes.
+  std::size_t host_copy_bytes() const { return host_copy_bytes_; }
 
   /// The bytes of device memory the work queued so far reads and writes, as a GPU's
   /// kernels would: a copy 2 times its bytes, a combine 3, avg's finalize 2, reduce_many
@@ -434,6 +439,7 @@ class host_port final : public port {
   block_map device_memory_;  // allocate_device and imported blocks by start
   std::map<std::pair<std::int64_t, std::uint64_t>, std::byte*> imported_;  // by (owner pid, id)
   std::atomic<std::size_t> host_copies_{0};
+  std::atomic<std::size_t> host_copy_bytes_{0};
   std::atomic<std::size_t> traffic_{0};
   static inline std::atomic<std::uint64_t> next_block_id_{0};  // process-wide: ids key imports
 };

@@ -109,9 +109,16 @@ class fabric {
   /// As MPI_Comm_split and ncclCommSplit: collective over this group, every rank with a
   /// color (< 0: none, as MPI_UNDEFINED; same_host: this host's ranks) and a key. Ranks of one color form a new group,
   /// ranked by key, ties by rank here, with its own endpoint over the same store and
-  /// options; ranks on one host are its local ranks. None for a negative color.
+  /// options; ranks on one host are its local ranks. None for a negative color. A
+  /// same_host group turns mailboxes and bulk rings that are left to `auto` on, whatever
+  /// the provider: shared memory reaches all its ranks (and so does CUDA IPC).
   /// Throws what start-up throws, on every rank of the new group.
   MIMATRIX_DECL std::optional<fabric> split(int color, int key) const;
+  /// From now on, a call of this group or of `other` that fails here fails, here, every
+  /// call of either that has sent nothing yet (its peers learn of it): the parts of one
+  /// call split across groups (detail/across_hosts.hpp) must not run on what an earlier
+  /// part failed to make. Before any call on either.
+  MIMATRIX_DECL void share_fate(fabric& other);
   /// Ends every call in flight and every later one with `aborted`, on every rank of the
   /// group (as ncclCommAbort): `why` reaches them in the error. From any thread.
   MIMATRIX_DECL void abort(const std::string& why);

@@ -27,6 +27,7 @@
 #include "mimatrix/transport/host_staging.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/shared_fate.hpp"
 #include "mimatrix/transport/step_bookkeeping.hpp"
 
 namespace mimatrix::transport {
@@ -116,6 +117,10 @@ class step_executor : public execution {
     mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
+  /// The call is a part of a call split across groups (`fate`, shared with them, null:
+  /// none): its failure marks `fate` before its gates open, and it fails at its first post
+  /// once another part failed. Call before start().
+  void share_fate(std::shared_ptr<shared_fate> fate) { fate_ = std::move(fate); }
   /// The call is a GDRAA collective on device memory every rank reaches: its local steps
   /// run as `d` says; the transport carries its two synchronizations (direct_collective.hpp).
   void run_directly(direct_collective& d) { direct_ = &d; }
@@ -221,6 +226,7 @@ class step_executor : public execution {
   std::chrono::milliseconds timeout_;
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
   direct_collective* direct_ = nullptr;  // run_directly(); last, apart from what every round reads
+  std::shared_ptr<shared_fate> fate_;    // share_fate(); read at posts and failures only
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this
@@ -372,6 +378,11 @@ inline step_executor::posted step_executor::try_post(schedule::step_id id) {
     const auto kind = step_at(id).kind;
     if ((kind == schedule::step_kind::send || schedule::is_one_sided(kind)) && !device_->input_ready())
       return posted::deferred;
+  }
+  if (fate_ && fate_->failed()) [[unlikely]] {  // after the input check: a failed part's gate opened it
+    fail(fate_->code(), "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) +
+                            " is a part of a call whose earlier part failed: " + fate_->why());
+    return posted::done;  // nothing completes: the call has ended
   }
   return post(id);
 }

@@ -17,6 +17,7 @@ namespace mimatrix::transport {
 inline void step_executor::fail(errc code, std::string message) {
   if (finished()) return;
   end_with(code, std::move(message));
+  if (fate_) fate_->mark(code, this->message());
   settle_device_after_failure();
   on_failure(code, true);
 }
@@ -24,6 +25,7 @@ inline void step_executor::fail(errc code, std::string message) {
 inline void step_executor::abandon(errc code, std::string message) {
   if (finished()) return;
   end_with(code, std::move(message));
+  if (fate_) fate_->mark(code, this->message());
   settle_device_after_failure();
   on_failure(code, false);
 }
@@ -32,6 +34,7 @@ inline void step_executor::fail_from(errc code, const std::string& message) {
   if (finished()) return;
   end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
                      message);
+  if (fate_) fate_->mark(code, this->message());
   settle_device_after_failure();
   on_failure(code, false);
 }

@@ -37,6 +37,7 @@
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
 #include "mimatrix/transport/progress.hpp"
+#include "mimatrix/transport/shared_fate.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::detail::fabric {
@@ -85,6 +86,9 @@ class endpoint {
   progress_engine& engine() { return engine_; }
   const std::string& provider() const { return provider_; }
   const std::shared_ptr<bootstrap::store>& store() const { return store_; }
+  /// What this group's calls share with other groups' (fabric::share_fate; null: none).
+  /// Set before any call starts.
+  std::shared_ptr<shared_fate>& fate() { return fate_; }
   const bootstrap::identity& identity() const { return identity_; }
 
   /// A rank's part of a split: its identity in the new group, and the group's name.
@@ -419,6 +423,7 @@ class endpoint {
   std::string provider_, prefix_;
   bootstrap::identity identity_;
   int splits_ = 0;  // split() calls so far: every rank makes them in the same order
+  std::shared_ptr<shared_fate> fate_;
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -116,8 +117,11 @@ class host_segments {
 
   /// This host's identity: ranks whose identities are equal can share memory. The boot id
   /// tells apart machines that share a hostname; /dev/shm's device tells apart containers
-  /// that share a kernel but not their shared memory.
+  /// that share a kernel but not their shared memory. MIMATRIX_HOST_ID replaces it (as
+  /// NCCL_HOSTID does): ranks given one id must share /dev/shm; ranks of one machine given
+  /// different ids act as ranks of different hosts (tests of jobs across hosts).
   static std::string detect_host_identity() {
+    if (const char* given = std::getenv("MIMATRIX_HOST_ID"); given && *given) return std::string("id:") + given;
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     std::string id = host;

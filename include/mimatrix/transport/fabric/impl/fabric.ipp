@@ -45,7 +45,18 @@ MIMATRIX_DECL std::optional<fabric> fabric::split(int color, int key) const {
   fabric_options o = options_;
   o.provider = endpoint_->provider();  // as opened, not as asked: the parent's ranks agreed on it
   o.group = part->group;
+  if (color == same_host) {  // one host by construction: shared memory reaches every rank, whatever the provider
+    if (o.mailbox.value_or(-1) < 0) o.mailbox = 1;
+    if (o.bulk.value_or(-1) < 0) o.bulk = 1;
+  }
   return fabric(part->id, endpoint_->store(), std::move(o));
+}
+
+MIMATRIX_DECL void fabric::share_fate(fabric& other) {
+  auto& mine = endpoint_->fate();
+  auto& theirs = other.endpoint_->fate();
+  if (!mine) mine = theirs ? theirs : std::make_shared<shared_fate>();
+  theirs = mine;
 }
 
 MIMATRIX_DECL void fabric::abort(const std::string& why) {

@@ -1,0 +1,186 @@
+// An allreduce on device buffers over a communicator whose ranks reach the device memory
+// of the ranks on their own host (CUDA IPC) but not of the others', as NCCL runs it (and
+// Horovod's hierarchical allreduce): within each host the ranks reduce-scatter through
+// each other's memory, the ranks of one local index allreduce their share across the
+// hosts through the network, and within each host they allgather again. All three are
+// queued on the caller's stream, one behind the other, with no host wait. Only a 1/L
+// share of the buffer crosses the network (and the host staging, where the network
+// cannot read device memory) where the flat call moves all of it. The count % L elements
+// past the last whole share go in one flat call of their own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/communicator.hpp"
+#include "mimatrix/core/dtype.hpp"
+#include "mimatrix/core/error.hpp"
+#include "mimatrix/core/log.hpp"
+#include "mimatrix/core/operation.hpp"
+#include "mimatrix/core/options.hpp"
+#include "mimatrix/detail/bindings.hpp"
+#include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/request.hpp"
+#include "mimatrix/topology/ring.hpp"
+#include "mimatrix/transport/backend.hpp"
+
+namespace mimatrix::detail {
+
+/// The requests of one composed call as one: done once every one is; its error is the
+/// first one's that failed, in order.
+class all_of final : public operation {
+ public:
+  /// `names[k]` says in its error what part k was, after `what`.
+  all_of(std::vector<request> parts, std::vector<std::string> names, std::string what)
+      : parts_(std::move(parts)), names_(std::move(names)), what_(std::move(what)) {}
+  ~all_of() override {
+    std::error_code ignored;
+    all_of::wait(ignored);
+  }
+
+  bool test(std::error_code& ec) override {
+    bool done = true;
+    for (std::size_t k = 0; k < parts_.size(); ++k) done &= settle(k, false);
+    ec = done ? failure_ : std::error_code{};
+    return done;
+  }
+  void wait(std::error_code& ec) override {
+    for (std::size_t k = 0; k < parts_.size(); ++k) settle(k, true);
+    ec = failure_;
+  }
+  const std::string& message() const override { return message_; }
+
+ private:
+  /// Whether part k has ended; keeps the first failure.
+  bool settle(std::size_t k, bool block) {
+    request& r = parts_[k];
+    if (!r.valid()) return true;
+    try {
+      if (block)
+        r.wait();
+      else if (!r.test())
+        return false;
+    } catch (const error& e) {
+      if (!failure_) {
+        failure_ = e.code();
+        std::string why = e.what();
+        // system_error's what() ends in the code's message, which the request adds again.
+        const std::string suffix = ": " + e.code().message();
+        if (why.ends_with(suffix)) why.resize(why.size() - suffix.size());
+        message_ = what_ + ", " + names_[k] + ", failed (its group's ranks are named as in that group): " + why;
+      }
+    }
+    return true;
+  }
+
+  std::vector<request> parts_;
+  std::vector<std::string> names_;
+  std::string what_;
+  std::error_code failure_;
+  std::string message_;
+};
+
+template <transport::backend Transport>
+class across_hosts {
+ public:
+  /// A transport that groups ranks by host, reaches peers' device memory, and makes the
+  /// groups' calls share their failures.
+  static constexpr bool splits_by_host = requires(Transport& t) {
+    Transport::same_host;
+    t.share_fate(t);
+  } && transport::reaches_peers_device_memory<Transport>;
+
+  /// Whether a call on device buffers on `stream` over `comm` may run across hosts as
+  /// above: the transport groups ranks by host, and reaches some of the peers' device
+  /// memory at most. The same answer on every rank.
+  static bool may_apply(communicator<Transport>& comm, const device::stream& stream) {
+    if constexpr (splits_by_host)
+      return comm.size() > 2 && !comm.transport().reaches_peers_device_memory(stream);
+    else
+      return false;
+  }
+
+  /// Splits `comm` by host and by local index: collective, every rank at the same call.
+  /// Null where the split does not pay on some rank (hosts of different sizes, one rank a
+  /// host, one host, or a host whose ranks do not reach each other's device memory): every
+  /// rank then runs its calls flat.
+  static std::unique_ptr<across_hosts> split(communicator<Transport>& comm, collectives_core& whole,
+                                             const device::stream& stream) {
+    if constexpr (splits_by_host) {
+      std::unique_ptr<across_hosts> made(new across_hosts(comm));
+      const int local = made->local_->size(), hosts = made->hosts_->size();
+      std::int32_t pays = local > 1 && local < comm.size() && hosts * local == comm.size() &&
+                          made->local_->transport().reaches_peers_device_memory(stream);
+      std::int32_t everywhere = 0;
+      whole.allreduce(&pays, &everywhere, 1, dtype::int32, reduce::op_kind::min, {}).wait();
+      if (!everywhere) return nullptr;
+      if (comm.rank() == 0)
+        log(log_level::info, "allreduce on device buffers across " + std::to_string(hosts) + " hosts of " +
+                                 std::to_string(local) +
+                                 " ranks: within each host through device memory, a share a rank across the hosts");
+      return made;
+    } else {
+      (void)comm, (void)whole, (void)stream;
+      return nullptr;
+    }
+  }
+
+  /// As collectives_core::allreduce, composed as above; `whole` runs the remainder.
+  request allreduce(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type,
+                    reduce::op_kind op, const call_options& options) {
+    const auto ranks = static_cast<std::size_t>(local_->size());
+    const std::size_t share = count / ranks, shared = share * ranks, bytes = size_of(type);
+    const auto* in = static_cast<const std::byte*>(input);
+    auto* out = static_cast<std::byte*>(output);
+    // avg averages at each stage over its own ranks: the host's, then the hosts'.
+    std::vector<request> parts;
+    std::vector<std::string> names;
+    if (share) {
+      std::byte* mine = out + std::size_t(local_->rank()) * share * bytes;
+      parts.push_back(local_calls_.reduce_scatter(in, mine, share, type, op, options));
+      parts.push_back(hosts_calls_.allreduce(mine, mine, share, type, op, options));
+      parts.push_back(local_calls_.allgather(mine, out, share, type, options));
+      names = {"its reduce-scatter within the host", "its share's allreduce across the hosts",
+               "its allgather within the host"};
+    }
+    if (count > shared) {
+      parts.push_back(whole.allreduce(in + shared * bytes, out + shared * bytes, count - shared, type, op, options));
+      names.push_back("its allreduce of the elements past the last whole share");
+    }
+    return request(std::make_unique<all_of>(
+        std::move(parts), std::move(names),
+        "rank " + std::to_string(rank_) + ": an allreduce of " + std::to_string(count) + " elements across " +
+            std::to_string(hosts_->size()) + " hosts"));
+  }
+
+ private:
+  explicit across_hosts(communicator<Transport>& comm)
+      : rank_(comm.rank()),
+        local_(comm.split(Transport::same_host, comm.rank())),
+        hosts_(comm.split(local_->rank(), comm.rank())),
+        local_calls_(calls_on(*local_)),
+        hosts_calls_(calls_on(*hosts_)) {
+    // A part after a failed one would send what was never reduced: it fails instead, and
+    // its peers with it. From then on the split is spent, as NCCL's communicator after an error.
+    local_->transport().share_fate(hosts_->transport());
+  }
+
+  static collectives_core calls_on(communicator<Transport>& c) {
+    return collectives_core(c.state(), face_of(c.transport()), std::make_shared<const topology::ring>(),
+                            &automatic_on<topology::ring>, suggestion_of(c.transport()));
+  }
+
+  int rank_;  // in the whole communicator
+  // Communicators move not: made in place from split().
+  std::optional<communicator<Transport>> local_;  // this host's ranks
+  std::optional<communicator<Transport>> hosts_;  // the ranks of this local index, one a host
+  collectives_core local_calls_, hosts_calls_;
+};
+
+}  // namespace mimatrix::detail

@@ -1,0 +1,156 @@
+// An allreduce on device buffers over ranks of several hosts (detail/across_hosts.hpp):
+// two hosts of two ranks on this machine (MIMATRIX_HOST_ID), whose ranks read each other's
+// blocks within a host (the host port's memory, as CUDA IPC) and reach the other host only
+// through the network. The call reduce-scatters within each host, allreduces a share a
+// rank across the hosts, and allgathers within each host again, on the caller's stream:
+// exact, in place and not, with a late producer before it and a consumer after it, for
+// counts that leave elements past the last whole share, and with only a share of the
+// buffer through host memory (flat staging moves all of it twice). Hosts of different
+// sizes run the call flat, and as exactly.
+#include "mimatrix/transport/fabric.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mimatrix/collectives.hpp"
+#include "mimatrix/device/host_port.hpp"
+#include "multi_process.hpp"
+#include "support/device_array.hpp"
+
+namespace mimatrix {
+namespace {
+
+using namespace std::chrono_literals;
+using test::device_array;
+using transport::fabric;
+
+MIMATRIX_SCENARIO(allreduce_across_hosts) {
+  // Ranks 0 and 1 on one host, the others on a second.
+  const char* given = std::getenv("RANK");
+  ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1);
+  device::host_port dev({.lag = 20us, .device_memory_only = true});  // before the communicator
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int p = comm.size(), r = comm.rank();
+  const bool composed = p % 2 == 0;  // hosts of two ranks each; else of two and one: flat
+  const device::stream s{&dev, dev.make_stream()};
+  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+  int wrong = 0;
+
+  for (const std::size_t n : {std::size_t(1), std::size_t(4097), std::size_t(200'000)})
+    for (const bool in_place : {false, true}) {
+      device_array<std::int64_t> in(dev, n), out(dev, n);
+      std::int64_t* result = in_place ? in.data() : out.data();
+      dev.enqueue(s.handle, [&] {  // a late producer; a landing before it would be lost
+        std::this_thread::sleep_for(5ms);
+        for (std::size_t i = 0; i < n; ++i) in[i] = std::int64_t(i % 1000) * (r + 1) - r;
+        if (!in_place)
+          for (std::size_t i = 0; i < n; ++i) out[i] = -7;
+      });
+      const std::size_t before = dev.host_copy_bytes();
+      auto pending = coll.allreduce(in.data(), result, n, dtype::int64, reduce::op_kind::sum, on_stream);
+      std::vector<std::int64_t> seen(n);
+      dev.enqueue(s.handle, [&] { std::memcpy(seen.data(), result, n * sizeof(std::int64_t)); });
+      dev.synchronize(s.handle);
+      pending.wait();
+      const std::size_t moved = dev.host_copy_bytes() - before;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t want = std::int64_t(i % 1000) * (p * (p + 1) / 2) - p * (p - 1) / 2;
+        if (seen[i] != want && wrong++ < 3)
+          std::printf("rank %d: %zu elements%s, element %zu: %lld, not %lld\n", r, n, in_place ? " in place" : "",
+                      i, static_cast<long long>(seen[i]), static_cast<long long>(want));
+      }
+      // A share of n / 2 in and out, against the whole buffer in and out when flat.
+      const std::size_t bytes = n * sizeof(std::int64_t);
+      if (n == 200'000 && (composed ? moved > bytes : moved < 2 * bytes)) {
+        ++wrong;
+        std::printf("rank %d: %zu bytes went through host memory for %zu%s\n", r, moved, bytes,
+                    composed ? ": more than a share in and out" : ": less than flat staging moves");
+      }
+    }
+
+  // avg averages over each host's ranks, then over the hosts: (1 + 2) / 2 and (3 + 4) / 2,
+  // then 2.5, exact in binary.
+  if (composed) {
+    device_array<float> grads(dev, 10'001, float(r + 1));
+    coll.allreduce(grads.data(), grads.data(), grads.size(), dtype::float32, reduce::op_kind::avg, on_stream).wait();
+    dev.synchronize(s.handle);
+    for (std::size_t i = 0; i < grads.size(); ++i) wrong += grads[i] != float(p + 1) / 2;
+    device_array<std::int32_t> peaks(dev, 999, 0);
+    for (std::size_t i = 0; i < peaks.size(); ++i) peaks[i] = std::int32_t(i) * (r == int(i) % p ? 10 : 1);
+    coll.allreduce(peaks.data(), peaks.data(), peaks.size(), dtype::int32, reduce::op_kind::max, on_stream).wait();
+    dev.synchronize(s.handle);
+    for (std::size_t i = 0; i < peaks.size(); ++i) wrong += peaks[i] != std::int32_t(i) * (i == 0 ? 1 : 10);
+  }
+
+  dev.free_stream(s.handle);
+  if (wrong == 0) std::printf("rank %d: across hosts exact\n", r);
+  return wrong == 0 ? 0 : 1;
+}
+
+// Rank 3 ends after the first call. Rank 1's share of the second fails across the hosts
+// (its peer there is rank 3); its allgather must not then hand rank 0 a share that was
+// never reduced across the hosts: every surviving rank's call fails, none succeeds with
+// wrong data, and each stream goes on.
+MIMATRIX_SCENARIO(across_hosts_peer_dies) {
+  const char* given = std::getenv("RANK");
+  ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1);
+  device::host_port dev({.lag = 20us, .device_memory_only = true});
+  communicator<fabric> comm;
+  comm.set_timeout(5s);
+  collectives<fabric> coll(comm);
+  const int r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+  device_array<std::int64_t> data(dev, 100'000, r + 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+  dev.synchronize(s.handle);
+  if (r == 3) std::_Exit(0);
+  std::string what = "succeeded";
+  try {
+    coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+  } catch (const error& e) {
+    what = "CAUGHT " + e.code().message() + ": " + e.what();
+  }
+  dev.synchronize(s.handle);  // the stream goes on
+  dev.free_stream(s.handle);
+  std::printf("rank %d: %s\n", r, what.c_str());
+  return 0;
+}
+
+class device_across_hosts : public ::testing::TestWithParam<std::string> {};
+
+void expect_exact(const bootstrap::launch_result& result, int ranks) {
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < ranks; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("across hosts exact"), std::string::npos) << test::all_output(result);
+}
+
+TEST_P(device_across_hosts, an_allreduce_runs_within_each_host_through_device_memory_and_a_share_across) {
+  expect_exact(test::run_ranks(4, GetParam(), "allreduce_across_hosts"), 4);
+}
+
+TEST_P(device_across_hosts, hosts_of_different_sizes_run_it_flat) {
+  expect_exact(test::run_ranks(3, GetParam(), "allreduce_across_hosts"), 3);
+}
+
+TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_call_and_none_succeeds_with_a_share_unreduced) {
+  const auto result = test::run_ranks(4, GetParam(), "across_hosts_peer_dies", {}, 60s);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << test::all_output(result);
+}
+
+INSTANTIATE_TEST_SUITE_P(fabric, device_across_hosts, ::testing::ValuesIn(test::test_providers()),
+                         [](const auto& info) { return test::provider_label(info.param); });
+
+}  // namespace
+}  // namespace mimatrix
