@@ -110,6 +110,10 @@ train=("$here/bin/resnet_train" --device cuda --synthetic --image-size 32 --batc
 step train_gpu_1 "${train[@]}"
 step train_gpu_1_tf32 "${train[@]}" --tf32
 step train_gpu_2 "$here/bin/mimatrix-run" -n 2 "${train[@]}"
+# 4 ranks on the GPU as 2 emulated hosts of 2: within each host through device memory
+# (IPC), a share a rank across the hosts, staged (docs/device.md, "Across hosts").
+MIMATRIX_DEBUG=INFO step perf_across_hosts "$here/bin/mimatrix-run" -n 4 --hosts 2 "$here/bin/allreduce_perf" \
+  --provider shm -G cuda -b 1M -e 64M -f 4 -n 10 -w 3 -c 1
 # Staged through pinned host memory, for comparison.
 MIMATRIX_DEVICE_IPC=0 step perf_staged "${perf[@]}"
 # Reduce-scatter, allgather and broadcast, 3 ranks sharing the GPU: GDRAA's one pass a

@@ -13,14 +13,17 @@
 namespace {
 
 constexpr const char* usage =
-    "usage: mimatrix-run -n N [--grace SECONDS] [--timeout SECONDS] [-x NAME[=VALUE]]... [--no-prefix]\n"
-    "                    [--] PROGRAM [ARGS...]\n"
+    "usage: mimatrix-run -n N [--hosts H] [--grace SECONDS] [--timeout SECONDS] [-x NAME[=VALUE]]...\n"
+    "                    [--no-prefix] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Runs N ranks of PROGRAM on this machine. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
     "LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, so that mimatrix (or any\n"
     "torchrun-style program) can rendezvous; every output line is prefixed with \"[rank] \".\n"
     "\n"
     "  -n, --ranks N        how many ranks to run (required, >= 1)\n"
+    "  --hosts H            act as H hosts of N/H ranks each, in rank order: each rank gets its\n"
+    "                       host's LOCAL_RANK and LOCAL_WORLD_SIZE, and MIMATRIX_HOST_ID, so no\n"
+    "                       memory is shared between hosts (jobs across hosts, on one machine)\n"
     "  --grace SECONDS      after a rank fails, how long the others get before SIGTERM (default 10)\n"
     "  --timeout SECONDS    kill every rank and fail (exit 124) after this long (default: never)\n"
     "  -x NAME=VALUE        set NAME in every rank's environment; -x NAME passes this shell's NAME\n"
@@ -74,6 +77,9 @@ mimatrix::bootstrap::launch_options parse(int argc, char** argv, bool& help) {
     if (value(arg, "-n", v) || value(arg, "--ranks", v) || value(arg, "-np", v)) {
       o.ranks = parse_int("-n", v);
       if (o.ranks < 1) throw usage_error{"-n wants at least 1 rank, not " + std::string(v)};
+    } else if (value(arg, "--hosts", v)) {
+      o.hosts = parse_int("--hosts", v);
+      if (o.hosts < 1) throw usage_error{"--hosts wants at least 1 host, not " + std::string(v)};
     } else if (value(arg, "--grace", v)) {
       o.grace = parse_seconds("--grace", v);
     } else if (value(arg, "--timeout", v)) {
@@ -100,6 +106,8 @@ mimatrix::bootstrap::launch_options parse(int argc, char** argv, bool& help) {
   for (; i < argc; ++i) o.argv.emplace_back(argv[i]);
   if (o.ranks == 0) throw usage_error{"say how many ranks to run with -n N"};
   if (o.argv.empty()) throw usage_error{"no program to run"};
+  if (o.hosts > 0 && o.ranks % o.hosts != 0)
+    throw usage_error{std::to_string(o.ranks) + " ranks cannot be spread evenly over " + std::to_string(o.hosts) + " hosts"};
   return o;
 }
 

@@ -45,6 +45,10 @@ struct launch_options {
   std::chrono::milliseconds grace{10000};  // after the first rank fails, how long the others get before SIGTERM
   std::chrono::milliseconds timeout{0};    // 0: none; else SIGTERM every rank when it passes, and fail
   std::chrono::milliseconds kill_after{3000};  // after a SIGTERM, how long before SIGKILL
+  /// 0: one host. Else the ranks act as ranks of this many hosts, in rank order (ranks
+  /// must divide evenly): each gets MIMATRIX_HOST_ID, LOCAL_RANK and LOCAL_WORLD_SIZE of
+  /// its emulated host, which shares no memory with the others (jobs across hosts, on one machine).
+  int hosts = 0;
 };
 
 /// How the ranks ended.
@@ -163,11 +167,12 @@ class launcher {
     std::string addr = given("MASTER_ADDR") ? given("MASTER_ADDR") : "127.0.0.1";
     std::string port = given("MASTER_PORT") ? given("MASTER_PORT") : std::to_string(pick_free_port());
     const std::string n = std::to_string(options_.ranks);
+    const int per_host = options_.hosts > 0 ? options_.ranks / options_.hosts : options_.ranks;
     std::vector<std::pair<std::string, std::string>> common = {
-        {"WORLD_SIZE", n}, {"LOCAL_WORLD_SIZE", n}, {"MASTER_ADDR", addr}, {"MASTER_PORT", port}};
+        {"WORLD_SIZE", n}, {"LOCAL_WORLD_SIZE", std::to_string(per_host)}, {"MASTER_ADDR", addr}, {"MASTER_PORT", port}};
     auto overridden = [&](std::string_view entry) {
       const std::string_view name = entry.substr(0, entry.find('='));
-      if (name == "RANK" || name == "LOCAL_RANK") return true;
+      if (name == "RANK" || name == "LOCAL_RANK" || (options_.hosts > 0 && name == "MIMATRIX_HOST_ID")) return true;
       for (const auto& [k, v] : common)
         if (k == name) return true;
       for (const auto& [k, v] : options_.env)
@@ -181,9 +186,13 @@ class launcher {
     std::vector<std::vector<std::string>> all;
     for (int r = 0; r < options_.ranks; ++r) {
       auto env = base;
-      for (const char* name : {"RANK", "LOCAL_RANK"})
-        if (std::none_of(options_.env.begin(), options_.env.end(), [&](const auto& kv) { return kv.first == name; }))
-          env.push_back(std::string(name) + "=" + std::to_string(r));
+      const auto unset = [&](const char* name) {
+        return std::none_of(options_.env.begin(), options_.env.end(), [&](const auto& kv) { return kv.first == name; });
+      };
+      if (unset("RANK")) env.push_back("RANK=" + std::to_string(r));
+      if (unset("LOCAL_RANK")) env.push_back("LOCAL_RANK=" + std::to_string(r % per_host));
+      if (options_.hosts > 0 && unset("MIMATRIX_HOST_ID"))
+        env.push_back("MIMATRIX_HOST_ID=emulated-host-" + std::to_string(r / per_host));
       for (const auto& [k, v] : options_.env) env.push_back(k + "=" + v);
       all.push_back(std::move(env));
     }
@@ -410,6 +419,9 @@ inline launch_result launch_local(const launch_options& options) {
     throw error(errc::invalid_argument, "launch_local: ranks is " + std::to_string(options.ranks) + ", must be >= 1");
   if (options.argv.empty() || options.argv[0].empty())
     throw error(errc::invalid_argument, "launch_local: no program to run (argv is empty)");
+  if (options.hosts < 0 || (options.hosts > 0 && options.ranks % options.hosts != 0))
+    throw error(errc::invalid_argument, "launch_local: " + std::to_string(options.ranks) + " ranks cannot be spread evenly over " +
+                                            std::to_string(options.hosts) + " hosts");
   for (const auto& [name, value] : options.env)
     if (name.empty() || name.find('=') != std::string::npos)
       throw error(errc::invalid_argument, "launch_local: '" + name + "' is not an environment variable name");

@@ -89,6 +89,25 @@ TEST(launch_local, ranks_see_their_environment) {
   }
 }
 
+// Emulated hosts: ranks in rank order, each with its host's local rank and size and an id
+// of its own host's, so that no memory is shared across them; they must divide evenly.
+TEST(launch_local, ranks_spread_over_emulated_hosts_see_their_hosts) {
+  auto o = shell(4, "echo $RANK $LOCAL_RANK $LOCAL_WORLD_SIZE $MIMATRIX_HOST_ID");
+  o.prefix = false;
+  o.hosts = 2;
+  const auto r = launch_local(o);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, (std::vector<std::string>{"0 0 2 emulated-host-0\n", "1 1 2 emulated-host-0\n",
+                                                 "2 0 2 emulated-host-1\n", "3 1 2 emulated-host-1\n"}));
+  o.hosts = 3;
+  try {
+    (void)launch_local(o);
+    ADD_FAILURE() << "4 ranks over 3 hosts were launched";
+  } catch (const mimatrix::error& e) {
+    EXPECT_NE(std::string(e.what()).find("4 ranks cannot be spread evenly over 3 hosts"), std::string::npos) << e.what();
+  }
+}
+
 TEST(launch_local, options_env_wins_over_the_defaults) {
   auto o = shell(2, "echo $MASTER_ADDR:$MASTER_PORT $RANK");
   o.prefix = false;
