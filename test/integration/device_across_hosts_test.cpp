@@ -78,13 +78,27 @@ MIMATRIX_SCENARIO(allreduce_across_hosts) {
       }
     }
 
-  // avg averages over each host's ranks, then over the hosts: (1 + 2) / 2 and (3 + 4) / 2,
-  // then 2.5, exact in binary.
+  // avg sums at both stages and divides once by all the ranks, as the flat call does:
+  // averaging at each stage would give an integer mean of 2, 1, 1, 0 as 0, not 1.
   if (composed) {
     device_array<float> grads(dev, 10'001, float(r + 1));
     coll.allreduce(grads.data(), grads.data(), grads.size(), dtype::float32, reduce::op_kind::avg, on_stream).wait();
+    device_array<std::int64_t> counts(dev, 10'001, std::int64_t(r == 0 ? 2 : r == 3 ? 0 : 1));
+    coll.allreduce(counts.data(), counts.data(), counts.size(), dtype::int64, reduce::op_kind::avg, on_stream).wait();
     dev.synchronize(s.handle);
     for (std::size_t i = 0; i < grads.size(); ++i) wrong += grads[i] != float(p + 1) / 2;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i] != 1 && wrong++ < 3)
+        std::printf("rank %d: integer avg, element %zu: %lld, not 1\n", r, i, static_cast<long long>(counts[i]));
+    }
+    // Buffers that overlap without being in place are refused on every rank before any part starts.
+    try {
+      coll.allreduce(counts.data(), counts.data() + 1, 1000, dtype::int64, reduce::op_kind::sum, on_stream).wait();
+      ++wrong;
+      std::printf("rank %d: overlapping buffers were taken\n", r);
+    } catch (const error& e) {
+      wrong += e.code() != errc::invalid_argument;
+    }
     device_array<std::int32_t> peaks(dev, 999, 0);
     for (std::size_t i = 0; i < peaks.size(); ++i) peaks[i] = std::int32_t(i) * (r == int(i) % p ? 10 : 1);
     coll.allreduce(peaks.data(), peaks.data(), peaks.size(), dtype::int32, reduce::op_kind::max, on_stream).wait();

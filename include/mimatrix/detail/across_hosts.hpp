@@ -26,6 +26,8 @@
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/device/port.hpp"
+#include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/topology/ring.hpp"
 #include "mimatrix/transport/backend.hpp"
@@ -47,17 +49,17 @@ class all_of final : public operation {
   bool test(std::error_code& ec) override {
     bool done = true;
     for (std::size_t k = 0; k < parts_.size(); ++k) done &= settle(k, false);
-    ec = done ? failure_ : std::error_code{};
+    ec = done ? first_failure() : std::error_code{};
     return done;
   }
   void wait(std::error_code& ec) override {
     for (std::size_t k = 0; k < parts_.size(); ++k) settle(k, true);
-    ec = failure_;
+    ec = first_failure();
   }
   const std::string& message() const override { return message_; }
 
  private:
-  /// Whether part k has ended; keeps the first failure.
+  /// Whether part k has ended; keeps its failure.
   bool settle(std::size_t k, bool block) {
     request& r = parts_[k];
     if (!r.valid()) return true;
@@ -67,22 +69,29 @@ class all_of final : public operation {
       else if (!r.test())
         return false;
     } catch (const error& e) {
-      if (!failure_) {
-        failure_ = e.code();
-        std::string why = e.what();
-        // system_error's what() ends in the code's message, which the request adds again.
-        const std::string suffix = ": " + e.code().message();
-        if (why.ends_with(suffix)) why.resize(why.size() - suffix.size());
-        message_ = what_ + ", " + names_[k] + ", failed (its group's ranks are named as in that group): " + why;
-      }
+      failures_.resize(parts_.size());
+      std::string why = e.what();
+      // system_error's what() ends in the code's message, which the request adds again.
+      const std::string suffix = ": " + e.code().message();
+      if (why.ends_with(suffix)) why.resize(why.size() - suffix.size());
+      failures_[k] = {e.code(), what_ + ", " + names_[k] + ", failed (its group's ranks are named as in that group): " + why};
     }
     return true;
+  }
+  /// The failure of the earliest part that failed (the later ones follow from it), once all ended.
+  std::error_code first_failure() {
+    for (const auto& [code, why] : failures_)
+      if (code) {
+        message_ = why;
+        return code;
+      }
+    return {};
   }
 
   std::vector<request> parts_;
   std::vector<std::string> names_;
   std::string what_;
-  std::error_code failure_;
+  std::vector<std::pair<std::error_code, std::string>> failures_;  // by part, once one failed
   std::string message_;
 };
 
@@ -138,13 +147,27 @@ class across_hosts {
     const std::size_t share = count / ranks, shared = share * ranks, bytes = size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    // avg averages at each stage over its own ranks: the host's, then the hosts'.
+    // Checked before any part starts, so that every rank with such buffers refuses the call whole.
+    if (in != out && in < out + count * bytes && out < in + count * bytes)
+      throw error(errc::invalid_argument,
+                  "rank " + std::to_string(rank_) + ": allreduce: the input [" + device::describe_address(in) + ", +" +
+                      std::to_string(count * bytes) + " bytes) overlaps the output at " + device::describe_address(out) +
+                      " without being in place");
+    // avg sums at both stages and divides once by all the ranks, as the flat call does
+    // (averaging at each stage would round twice, and an integer's mean would drift).
+    const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
+    // The parts of this call, and none of another's, fail together.
+    local_->transport().share_fate(hosts_->transport());
     std::vector<request> parts;
     std::vector<std::string> names;
     if (share) {
       std::byte* mine = out + std::size_t(local_->rank()) * share * bytes;
-      parts.push_back(local_calls_.reduce_scatter(in, mine, share, type, op, options));
-      parts.push_back(hosts_calls_.allreduce(mine, mine, share, type, op, options));
+      parts.push_back(local_calls_.reduce_scatter(in, mine, share, type, stage_op, options));
+      parts.push_back(hosts_calls_.allreduce(mine, mine, share, type, stage_op, options));
+      if (op == reduce::op_kind::avg) {  // queued after the share's allreduce, before the allgather reads it
+        const device::stream& s = *options.stream;
+        s.device->finalize(s.handle, reduce::host_kernels_for(type, op), mine, share * bytes, size_);
+      }
       parts.push_back(local_calls_.allgather(mine, out, share, type, options));
       names = {"its reduce-scatter within the host", "its share's allreduce across the hosts",
                "its allgather within the host"};
@@ -162,21 +185,18 @@ class across_hosts {
  private:
   explicit across_hosts(communicator<Transport>& comm)
       : rank_(comm.rank()),
+        size_(comm.size()),
         local_(comm.split(Transport::same_host, comm.rank())),
         hosts_(comm.split(local_->rank(), comm.rank())),
         local_calls_(calls_on(*local_)),
-        hosts_calls_(calls_on(*hosts_)) {
-    // A part after a failed one would send what was never reduced: it fails instead, and
-    // its peers with it. From then on the split is spent, as NCCL's communicator after an error.
-    local_->transport().share_fate(hosts_->transport());
-  }
+        hosts_calls_(calls_on(*hosts_)) {}
 
   static collectives_core calls_on(communicator<Transport>& c) {
     return collectives_core(c.state(), face_of(c.transport()), std::make_shared<const topology::ring>(),
                             &automatic_on<topology::ring>, suggestion_of(c.transport()));
   }
 
-  int rank_;  // in the whole communicator
+  int rank_, size_;  // in the whole communicator
   // Communicators move not: made in place from split().
   std::optional<communicator<Transport>> local_;  // this host's ranks
   std::optional<communicator<Transport>> hosts_;  // the ranks of this local index, one a host

@@ -114,10 +114,10 @@ class fabric {
   /// the provider: shared memory reaches all its ranks (and so does CUDA IPC).
   /// Throws what start-up throws, on every rank of the new group.
   MIMATRIX_DECL std::optional<fabric> split(int color, int key) const;
-  /// From now on, a call of this group or of `other` that fails here fails, here, every
-  /// call of either that has sent nothing yet (its peers learn of it): the parts of one
-  /// call split across groups (detail/across_hosts.hpp) must not run on what an earlier
-  /// part failed to make. Before any call on either.
+  /// The calls started on this group and on `other` from now on, until the next
+  /// share_fate(), share a fate: once one fails here, every other that has sent nothing
+  /// yet fails here too (its peers learn of it). The parts of one call split across groups
+  /// (detail/across_hosts.hpp) must not run on what an earlier part failed to make.
   MIMATRIX_DECL void share_fate(fabric& other);
   /// Ends every call in flight and every later one with `aborted`, on every rank of the
   /// group (as ncclCommAbort): `why` reaches them in the error. From any thread.

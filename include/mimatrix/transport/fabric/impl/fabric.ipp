@@ -53,10 +53,7 @@ MIMATRIX_DECL std::optional<fabric> fabric::split(int color, int key) const {
 }
 
 MIMATRIX_DECL void fabric::share_fate(fabric& other) {
-  auto& mine = endpoint_->fate();
-  auto& theirs = other.endpoint_->fate();
-  if (!mine) mine = theirs ? theirs : std::make_shared<shared_fate>();
-  theirs = mine;
+  endpoint_->fate() = other.endpoint_->fate() = std::make_shared<shared_fate>();
 }
 
 MIMATRIX_DECL void fabric::abort(const std::string& why) {
