@@ -57,13 +57,15 @@ class collectives {
   /// call splits the communicator by host, on every rank.
   [[nodiscard]] request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
                                   const call_options& options = {}) {
-    if (options.stream && options.algorithm.empty() &&
-        detail::across_hosts<Transport>::may_apply(comm_, *options.stream)) {
-      if (!split_tried_) {
-        split_tried_ = true;
-        hosts_ = detail::across_hosts<Transport>::split(comm_, core_, *options.stream);
+    if constexpr (detail::across_hosts<Transport>::splits_by_host) {
+      if (options.stream && options.algorithm.empty() &&
+          detail::across_hosts<Transport>::may_apply(comm_, *options.stream)) {
+        if (!split_tried_) {
+          split_tried_ = true;
+          hosts_ = detail::across_hosts<Transport>::split(comm_, core_, *options.stream);
+        }
+        if (hosts_) return hosts_->allreduce(core_, input, output, count, type, op, options);
       }
-      if (hosts_) return hosts_->allreduce(core_, input, output, count, type, op, options);
     }
     return core_.allreduce(input, output, count, type, op, options);
   }

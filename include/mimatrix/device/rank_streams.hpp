@@ -202,6 +202,10 @@ class rank_streams {
   /// from this rank after it has queued device work: an unmade call leaves none behind.
   template <class Make>
   auto made_outside(Make&& make) -> decltype(make()) {
+    const struct release_later {
+      rank_streams& of;
+      ~release_later() { of.release_deferred(); }  // make() has let go of its lock
+    } deferred{*this};
     for (int attempt = 0;; ++attempt) {
       shortfall missing;
       {
@@ -216,6 +220,15 @@ class rank_streams {
       }
       grow(missing);
     }
+  }
+
+  /// Keeps `work` (an unmade call's device work and what it uses) until made_outside()'s
+  /// make() has returned or thrown, and lets it go there: letting go waits for the work,
+  /// which may wait behind an earlier call's gate that the lock make() holds keeps shut.
+  void let_go_later(std::shared_ptr<void> work) {
+    if (!work) return;
+    std::lock_guard lock(deferred_mutex_);
+    deferred_.push_back(std::move(work));
   }
 
   /// A stream of `p` for one call: a kept one, or a new one.
@@ -289,7 +302,17 @@ class rank_streams {
     return pooled_buffer(pool_, {&p, kind, static_cast<std::byte*>(data), bytes});
   }
 
+  void release_deferred() noexcept {
+    std::vector<std::shared_ptr<void>> going;
+    {
+      std::lock_guard lock(deferred_mutex_);
+      going.swap(deferred_);
+    }
+  }  // `going` waits for its work here
+
   static inline thread_local const rank_streams* pool_only_ = nullptr;
+  std::mutex deferred_mutex_;
+  std::vector<std::shared_ptr<void>> deferred_;
 
   std::shared_ptr<pooled_stream::pool> streams_ = std::make_shared<pooled_stream::pool>();
   std::shared_ptr<pooled_buffer::pool> pool_ = std::make_shared<pooled_buffer::pool>();

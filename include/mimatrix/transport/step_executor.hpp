@@ -117,6 +117,16 @@ class step_executor : public execution {
     mem_.scratch = device_->scratch();
   }
   device_steps* device() { return device_.get(); }
+  /// The device work queued so far and what it uses, taken from a call being unmade
+  /// (rank_streams::let_go_later): letting go of it waits for that work.
+  std::shared_ptr<void> take_device_work() {
+    struct work {
+      std::unique_ptr<device_steps> device;
+      std::unique_ptr<host_staging> staging;  // goes first, as in the call
+    };
+    if (!device_ && !staging_) return nullptr;
+    return std::make_shared<work>(work{std::move(device_), std::move(staging_)});
+  }
   /// The call is a part of a call split across groups (`fate`, shared with them, null:
   /// none): its failure marks `fate` before its gates open, and it fails at its first post
   /// once another part failed. Call before start().

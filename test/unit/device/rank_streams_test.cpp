@@ -261,5 +261,44 @@ TEST(rank_streams, a_call_that_lacks_something_at_every_run_is_made_at_last) {
   EXPECT_GE(made.size(), bytes);
 }
 
+// A call unmade after it queued device work (a throw past its takes) hands that work to
+// let_go_later: letting go waits for it, which must not happen under the lock make() holds
+// (an earlier call's gate, which only that lock's other holder opens, may come first).
+TEST(rank_streams, an_unmade_calls_device_work_goes_once_make_has_let_go_of_its_lock) {
+  rank_streams streams;
+  bool locked = false;
+  int gone = 0, gone_locked = 0;
+  struct work {
+    const bool* locked;
+    int* gone;
+    int* gone_locked;
+    ~work() {
+      ++*gone;
+      *gone_locked += *locked;
+    }
+  };
+  struct held {  // make()'s lock
+    bool& on;
+    explicit held(bool& b) : on(b) { on = true; }
+    ~held() { on = false; }
+  };
+  EXPECT_THROW(streams.made_outside([&]() -> int {
+    const held lock(locked);
+    streams.let_go_later(std::make_shared<work>(&locked, &gone, &gone_locked));
+    throw error(errc::invalid_argument, "unmade after queuing device work");
+  }),
+               error);
+  EXPECT_EQ(gone, 1);
+  EXPECT_EQ(gone_locked, 0);
+  EXPECT_EQ(streams.made_outside([&] {
+    const held lock(locked);
+    streams.let_go_later(std::make_shared<work>(&locked, &gone, &gone_locked));
+    return 7;
+  }),
+            7);
+  EXPECT_EQ(gone, 2);
+  EXPECT_EQ(gone_locked, 0);
+}
+
 }  // namespace
 }  // namespace mimatrix::device

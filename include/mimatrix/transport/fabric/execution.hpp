@@ -61,15 +61,18 @@ class execution final : public step_executor, private call {
     // A call unmade by an exception (bad input, or a rank's pool short of device memory:
     // rank_streams::made_outside, which makes it again) gives its workspace back, or the
     // endpoint would count it in flight for ever, and its bookkeeping, for the next try.
+    // Device work it queued is let go of once the engine's lock is released.
     struct unmade_guard {
       execution& call;
+      device::rank_streams* resources;
       bool made = false;
       ~unmade_guard() {
         if (made) return;
+        if (resources) resources->let_go_later(call.take_device_work());
         call.give_back_memory();
         call.ep_->give_bookkeeping(call.release_bookkeeping());
       }
-    } unmade{*this};
+    } unmade{*this, resources};
     mem_ = {input, output, nullptr};
     share_fate(ep_->fate());
     shared_ = caller && shares_device_memory(*caller->device);
