@@ -141,6 +141,42 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
   return 0;
 }
 
+// communicator::abort() on rank 0 while the others wait in a call for rank 3 (late): the
+// parts in flight on the split groups end too, on every rank, long before the deadline.
+MIMATRIX_SCENARIO(across_hosts_abort) {
+  const char* given = std::getenv("RANK");
+  ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1);
+  device::host_port dev({.lag = 20us, .device_memory_only = true});
+  communicator<fabric> comm;
+  comm.set_timeout(30s);
+  collectives<fabric> coll(comm);
+  const int r = comm.rank();
+  const device::stream s{&dev, dev.make_stream()};
+  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+  device_array<std::int64_t> data(dev, 100'000, r + 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+  if (r == 3) std::this_thread::sleep_for(1500ms);
+  std::thread watchdog;
+  if (r == 0)
+    watchdog = std::thread([&] {
+      std::this_thread::sleep_for(300ms);
+      comm.abort("the test's watchdog");
+    });
+  const auto start = std::chrono::steady_clock::now();
+  std::string what = "succeeded";
+  try {
+    coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+  } catch (const error& e) {
+    what = "CAUGHT " + e.code().message() + ": " + e.what();
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  if (watchdog.joinable()) watchdog.join();
+  dev.synchronize(s.handle);
+  dev.free_stream(s.handle);
+  std::printf("rank %d: %s after %lld ms\n", r, what.c_str(), static_cast<long long>(took.count()));
+  return took < 10s ? 0 : 1;
+}
+
 class device_across_hosts : public ::testing::TestWithParam<std::string> {};
 
 void expect_exact(const bootstrap::launch_result& result, int ranks) {
@@ -161,6 +197,14 @@ TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_call_and_none
   const auto result = test::run_ranks(4, GetParam(), "across_hosts_peer_dies", {}, 60s);
   for (int r = 0; r < 3; ++r)
     EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << test::all_output(result);
+}
+
+TEST_P(device_across_hosts, an_abort_ends_the_parts_in_flight_on_every_rank) {
+  const auto result = test::run_ranks(4, GetParam(), "across_hosts_abort", {}, 60s);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << test::all_output(result);
+  EXPECT_NE(result.output[0].find("CAUGHT aborted"), std::string::npos) << test::all_output(result);
 }
 
 INSTANTIATE_TEST_SUITE_P(fabric, device_across_hosts, ::testing::ValuesIn(test::test_providers()),

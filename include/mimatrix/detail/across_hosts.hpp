@@ -103,6 +103,7 @@ class across_hosts {
   static constexpr bool splits_by_host = requires(Transport& t) {
     Transport::same_host;
     t.share_fate(t);
+    t.abort_with(t);
   } && transport::reaches_peers_device_memory<Transport>;
 
   /// Whether a call on device buffers on `stream` over `comm` may run across hosts as
@@ -189,7 +190,11 @@ class across_hosts {
         local_(comm.split(Transport::same_host, comm.rank())),
         hosts_(comm.split(local_->rank(), comm.rank())),
         local_calls_(calls_on(*local_)),
-        hosts_calls_(calls_on(*hosts_)) {}
+        hosts_calls_(calls_on(*hosts_)) {
+    // communicator::abort() on `comm` ends the parts in flight and later ones too.
+    comm.transport().abort_with(local_->transport());
+    comm.transport().abort_with(hosts_->transport());
+  }
 
   static collectives_core calls_on(communicator<Transport>& c) {
     return collectives_core(c.state(), face_of(c.transport()), std::make_shared<const topology::ring>(),

@@ -119,6 +119,10 @@ class fabric {
   /// yet fails here too (its peers learn of it). The parts of one call split across groups
   /// (detail/across_hosts.hpp) must not run on what an earlier part failed to make.
   MIMATRIX_DECL void share_fate(fabric& other);
+  /// abort() of this group, here, aborts `part` too: a group split from this one that runs
+  /// parts of its calls (detail/across_hosts.hpp), whose calls in flight would otherwise
+  /// wait out their deadlines. Before any call on `part`.
+  MIMATRIX_DECL void abort_with(const fabric& part);
   /// Ends every call in flight and every later one with `aborted`, on every rank of the
   /// group (as ncclCommAbort): `why` reaches them in the error. From any thread.
   MIMATRIX_DECL void abort(const std::string& why);

@@ -89,6 +89,8 @@ class endpoint {
   /// What this group's calls share with other groups' (fabric::share_fate; null: none).
   /// Set before any call starts.
   std::shared_ptr<shared_fate>& fate() { return fate_; }
+  /// Groups split from this one that run parts of its calls: abort_all() aborts them too.
+  void abort_with(std::weak_ptr<endpoint> part) { parts_.push_back(std::move(part)); }
   const bootstrap::identity& identity() const { return identity_; }
 
   /// A rank's part of a split: its identity in the new group, and the group's name.
@@ -424,6 +426,7 @@ class endpoint {
   bootstrap::identity identity_;
   int splits_ = 0;  // split() calls so far: every rank makes them in the same order
   std::shared_ptr<shared_fate> fate_;
+  std::vector<std::weak_ptr<endpoint>> parts_;  // abort_with()
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;

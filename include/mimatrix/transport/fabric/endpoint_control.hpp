@@ -41,6 +41,11 @@ inline void endpoint::abort_all(const std::string& why) {
     if (peer != rank_) send_control(peer, {wire::control_type::shutdown, errc::aborted, rank_, 0, text}, now + control_patience);
   while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
     if (!progress()) std::this_thread::yield();
+  for (const auto& weak : parts_)  // their locks after this one's, never the other way
+    if (const auto part = weak.lock()) {
+      auto part_lock = part->engine().lock();
+      part->abort_all(why);
+    }
 }
 
 inline std::vector<int> endpoint::silent_peers(std::chrono::milliseconds grace) {

@@ -56,6 +56,11 @@ MIMATRIX_DECL void fabric::share_fate(fabric& other) {
   endpoint_->fate() = other.endpoint_->fate() = std::make_shared<shared_fate>();
 }
 
+MIMATRIX_DECL void fabric::abort_with(const fabric& part) {
+  auto lock = endpoint_->engine().lock();
+  endpoint_->abort_with(part.endpoint_);
+}
+
 MIMATRIX_DECL void fabric::abort(const std::string& why) {
   auto lock = endpoint_->engine().lock();  // between rounds: no call is touching the endpoint
   endpoint_->abort_all(why);
