@@ -143,7 +143,9 @@ class across_hosts {
 
   /// As collectives_core::allreduce, composed as above; `whole` runs the remainder.
   request allreduce(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type,
-                    reduce::op_kind op, const call_options& options) {
+                    reduce::op_kind op, const call_options& given) {
+    call_options options = given;  // the parts' deadline: the whole communicator's, as it is now
+    if (!options.timeout) options.timeout = whole_.settings().timeout;
     const auto ranks = static_cast<std::size_t>(local_->size());
     const std::size_t share = count / ranks, shared = share * ranks, bytes = size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
@@ -185,7 +187,8 @@ class across_hosts {
 
  private:
   explicit across_hosts(communicator<Transport>& comm)
-      : rank_(comm.rank()),
+      : whole_(comm),
+        rank_(comm.rank()),
         size_(comm.size()),
         local_(comm.split(Transport::same_host, comm.rank())),
         hosts_(comm.split(local_->rank(), comm.rank())),
@@ -201,6 +204,7 @@ class across_hosts {
                             &automatic_on<topology::ring>, suggestion_of(c.transport()));
   }
 
+  communicator<Transport>& whole_;
   int rank_, size_;  // in the whole communicator
   // Communicators move not: made in place from split().
   std::optional<communicator<Transport>> local_;  // this host's ranks
