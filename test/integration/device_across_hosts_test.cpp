@@ -32,18 +32,29 @@ using namespace std::chrono_literals;
 using test::device_array;
 using transport::fabric;
 
-MIMATRIX_SCENARIO(allreduce_across_hosts) {
-  // Ranks 0 and 1 on one host, the others on a second.
-  const char* given = std::getenv("RANK");
-  ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1);
-  device::host_port dev({.lag = 20us, .device_memory_only = true});  // before the communicator
+/// Ranks 0 and 1 on one host, the others on a second (MIMATRIX_HOST_ID, set before the
+/// communicator opens), with device buffers of a host port on a stream of its own.
+struct two_hosts {
+  explicit two_hosts(std::chrono::milliseconds timeout) { comm.set_timeout(timeout); }
+  ~two_hosts() { dev.free_stream(s.handle); }
+  static bool placed() {
+    const char* given = std::getenv("RANK");
+    return ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1) == 0;
+  }
+
+  bool placed_ = placed();
+  device::host_port dev{{.lag = 20us, .device_memory_only = true}};  // before the communicator
   communicator<fabric> comm;
-  comm.set_timeout(30s);
-  collectives<fabric> coll(comm);
+  collectives<fabric> coll{comm};
   const int p = comm.size(), r = comm.rank();
-  const bool composed = p % 2 == 0;  // hosts of two ranks each; else of two and one: flat
   const device::stream s{&dev, dev.make_stream()};
   const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+};
+
+MIMATRIX_SCENARIO(allreduce_across_hosts) {
+  two_hosts job(30s);
+  [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
+  const bool composed = p % 2 == 0;  // hosts of two ranks each; else of two and one: flat
   int wrong = 0;
 
   for (const std::size_t n : {std::size_t(1), std::size_t(4097), std::size_t(200'000)})
@@ -106,7 +117,6 @@ MIMATRIX_SCENARIO(allreduce_across_hosts) {
     for (std::size_t i = 0; i < peaks.size(); ++i) wrong += peaks[i] != std::int32_t(i) * (i == 0 ? 1 : 10);
   }
 
-  dev.free_stream(s.handle);
   if (wrong == 0) std::printf("rank %d: across hosts exact\n", r);
   return wrong == 0 ? 0 : 1;
 }
@@ -116,15 +126,8 @@ MIMATRIX_SCENARIO(allreduce_across_hosts) {
 // never reduced across the hosts: every surviving rank's call fails, none succeeds with
 // wrong data, and each stream goes on.
 MIMATRIX_SCENARIO(across_hosts_peer_dies) {
-  const char* given = std::getenv("RANK");
-  ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1);
-  device::host_port dev({.lag = 20us, .device_memory_only = true});
-  communicator<fabric> comm;
-  comm.set_timeout(5s);
-  collectives<fabric> coll(comm);
-  const int r = comm.rank();
-  const device::stream s{&dev, dev.make_stream()};
-  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+  two_hosts job(5s);
+  [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
   device_array<std::int64_t> data(dev, 100'000, r + 1);
   coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
   dev.synchronize(s.handle);
@@ -136,7 +139,6 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
     what = "CAUGHT " + e.code().message() + ": " + e.what();
   }
   dev.synchronize(s.handle);  // the stream goes on
-  dev.free_stream(s.handle);
   std::printf("rank %d: %s\n", r, what.c_str());
   return 0;
 }
@@ -144,15 +146,8 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
 // communicator::abort() on rank 0 while the others wait in a call for rank 3 (late): the
 // parts in flight on the split groups end too, on every rank, long before the deadline.
 MIMATRIX_SCENARIO(across_hosts_abort) {
-  const char* given = std::getenv("RANK");
-  ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1);
-  device::host_port dev({.lag = 20us, .device_memory_only = true});
-  communicator<fabric> comm;
-  comm.set_timeout(30s);
-  collectives<fabric> coll(comm);
-  const int r = comm.rank();
-  const device::stream s{&dev, dev.make_stream()};
-  const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+  two_hosts job(30s);
+  [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
   device_array<std::int64_t> data(dev, 100'000, r + 1);
   coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
   if (r == 3) std::this_thread::sleep_for(1500ms);
@@ -172,7 +167,6 @@ MIMATRIX_SCENARIO(across_hosts_abort) {
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   if (watchdog.joinable()) watchdog.join();
   dev.synchronize(s.handle);
-  dev.free_stream(s.handle);
   std::printf("rank %d: %s after %lld ms\n", r, what.c_str(), static_cast<long long>(took.count()));
   return took < 10s ? 0 : 1;
 }

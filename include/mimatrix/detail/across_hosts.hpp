@@ -107,13 +107,10 @@ class across_hosts {
   } && transport::reaches_peers_device_memory<Transport>;
 
   /// Whether a call on device buffers on `stream` over `comm` may run across hosts as
-  /// above: the transport groups ranks by host, and reaches some of the peers' device
-  /// memory at most. The same answer on every rank.
+  /// above: the transport reaches some of the peers' device memory at most. The same
+  /// answer on every rank. For transports that split_by_host only, as the rest.
   static bool may_apply(communicator<Transport>& comm, const device::stream& stream) {
-    if constexpr (splits_by_host)
-      return comm.size() > 2 && !comm.transport().reaches_peers_device_memory(stream);
-    else
-      return false;
+    return comm.size() > 2 && !comm.transport().reaches_peers_device_memory(stream);
   }
 
   /// Splits `comm` by host and by local index: collective, every rank at the same call.
@@ -122,23 +119,18 @@ class across_hosts {
   /// rank then runs its calls flat.
   static std::unique_ptr<across_hosts> split(communicator<Transport>& comm, collectives_core& whole,
                                              const device::stream& stream) {
-    if constexpr (splits_by_host) {
-      std::unique_ptr<across_hosts> made(new across_hosts(comm));
-      const int local = made->local_->size(), hosts = made->hosts_->size();
-      std::int32_t pays = local > 1 && local < comm.size() && hosts * local == comm.size() &&
-                          made->local_->transport().reaches_peers_device_memory(stream);
-      std::int32_t everywhere = 0;
-      whole.allreduce(&pays, &everywhere, 1, dtype::int32, reduce::op_kind::min, {}).wait();
-      if (!everywhere) return nullptr;
-      if (comm.rank() == 0)
-        log(log_level::info, "allreduce on device buffers across " + std::to_string(hosts) + " hosts of " +
-                                 std::to_string(local) +
-                                 " ranks: within each host through device memory, a share a rank across the hosts");
-      return made;
-    } else {
-      (void)comm, (void)whole, (void)stream;
-      return nullptr;
-    }
+    std::unique_ptr<across_hosts> made(new across_hosts(comm));
+    const int local = made->local_->size(), hosts = made->hosts_->size();
+    std::int32_t pays = local > 1 && local < comm.size() && hosts * local == comm.size() &&
+                        made->local_->transport().reaches_peers_device_memory(stream);
+    std::int32_t everywhere = 0;
+    whole.allreduce(&pays, &everywhere, 1, dtype::int32, reduce::op_kind::min, {}).wait();
+    if (!everywhere) return nullptr;
+    if (comm.rank() == 0)
+      log(log_level::info, "allreduce on device buffers across " + std::to_string(hosts) + " hosts of " +
+                               std::to_string(local) +
+                               " ranks: within each host through device memory, a share a rank across the hosts");
+    return made;
   }
 
   /// As collectives_core::allreduce, composed as above; `whole` runs the remainder.
