@@ -31,6 +31,7 @@
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/log.hpp"
+#include "mimatrix/device/import_table.hpp"
 #include "mimatrix/device/peer_access.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/cuda.cuh"
@@ -114,16 +115,6 @@ inline stream_memops find_stream_memops() {
 inline void check_driver(CUresult r, std::string_view what) {
   if (r == CUDA_SUCCESS) return;
   throw error(errc::cuda, "device::cuda_port: " + std::string(what) + ": CUresult " + std::to_string(int(r)));
-}
-
-/// The blocks this process exported, by handle, whichever port exported them.
-inline std::mutex& exported_mutex() {
-  static std::mutex m;
-  return m;
-}
-inline std::map<std::array<std::byte, 64>, std::byte*>& exported_blocks() {
-  static std::map<std::array<std::byte, 64>, std::byte*> blocks;
-  return blocks;
 }
 
 /// Holds its stream until the flag reaches `ticket`.
@@ -214,9 +205,11 @@ class cuda_port final : public port {
         });
   }
 
-  /// Closes the peers' blocks that import_memory opened.
+  /// Closes the peers' blocks that import_memory opened (closer_ then closes those
+  /// retired and not closed yet).
   ~cuda_port() override {
-    for (const auto& [handle, at] : imported_) cudaIpcCloseMemHandle(at);
+    here();
+    for (const auto& block : imports_.take_all()) cudaIpcCloseMemHandle(block.at);
     cudaFreeHost(flags_);
   }
 
@@ -407,30 +400,36 @@ class cuda_port final : public port {
     if (cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) != cudaSuccess)
       throw refuse("cudaIpcGetMemHandle refuses its allocation");
     static_assert(sizeof handle == sizeof(shared_memory::handle));
-    shared_memory out;
+    shared_memory out{{}, this_process(), std::uint64_t(base), size};
     std::memcpy(out.handle.data(), &handle, sizeof handle);
-    {
-      std::lock_guard lock(detail::exported_mutex());
-      detail::exported_blocks()[out.handle] = reinterpret_cast<std::byte*>(base);
-    }
+    process_exports::instance().record(out, reinterpret_cast<std::byte*>(base));
     return out;
   }
-  /// Opens a peer's block once (it costs milliseconds); later calls return the same address.
+  /// Opens a peer's block once (it costs milliseconds); later calls return the same
+  /// address. The owner's blocks it overlaps (freed there) are closed.
   std::byte* import_memory(const shared_memory& block) override {
     here();
-    {  // this process's own block (ranks of one process): CUDA cannot open its own handle
-      std::lock_guard lock(detail::exported_mutex());
-      if (auto it = detail::exported_blocks().find(block.handle); it != detail::exported_blocks().end())
-        return it->second;
-    }
+    // this process's own block (ranks of one process): CUDA cannot open its own handle
+    if (std::byte* mine = process_exports::instance().find(block)) return mine;
     std::lock_guard lock(imports_mutex_);  // held while opening: a handle is opened once
-    if (auto it = imported_.find(block.handle); it != imported_.end()) return it->second;
+    if (std::byte* at = imports_.find(block)) return at;
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, block.handle.data(), sizeof handle);
     void* at = nullptr;
     detail::check_cuda(cudaIpcOpenMemHandle(&at, handle, cudaIpcMemLazyEnablePeerAccess),
                        "cudaIpcOpenMemHandle of a peer's block (has the peer exited, or is it on another node?)");
-    return imported_[block.handle] = static_cast<std::byte*>(at);
+    for (const auto& old : imports_.add(block, static_cast<std::byte*>(at)))
+      closer_.run_later([device = device_, old = old.at] {
+        (void)cudaSetDevice(device);
+        (void)cudaIpcCloseMemHandle(old);
+      });
+    return static_cast<std::byte*>(at);
+  }
+
+  /// How many peers' blocks are open here (import_memory).
+  std::size_t imported_blocks() {
+    std::lock_guard lock(imports_mutex_);
+    return imports_.size();
   }
 
   void* allocate_host(std::size_t bytes) override {
@@ -471,7 +470,8 @@ class cuda_port final : public port {
   detail::stream_memops memops_;  // gates as stream memory operations (MIMATRIX_DEVICE_GATE=memop); else kernels
   int device_ = 0;
   std::mutex imports_mutex_;
-  std::map<std::array<std::byte, 64>, std::byte*> imported_;  // peers' blocks by handle
+  import_table imports_;  // peers' blocks open here
+  closing_thread closer_;  // last: destroyed first, while the rest still stands
 };
 
 }  // namespace mimatrix::device

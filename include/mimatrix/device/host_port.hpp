@@ -2,7 +2,9 @@
 // so the executor's device logic (stream order, events, gates, deferred completion) runs
 // and is tested where there is no GPU. A lag before each operation makes the asynchrony
 // visible: a step that used data before its copy ran would read stale memory. Its device
-// memory is shareable as CUDA's is: a block is a memfd that a process on the node maps.
+// memory is shareable as CUDA's is: a block is a memfd that a process on the node maps;
+// and as CUDA's allocator does, it gives a freed block's address to the next block of its
+// size, so that a peer's stale view of a freed block shows.
 #pragma once
 
 #include <fcntl.h>
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/import_table.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 
@@ -62,7 +65,7 @@ class host_port final : public port {
   host_port(const host_port&) = delete;
   host_port& operator=(const host_port&) = delete;
   /// Frees the streams not freed yet, running what they hold first, then unmaps the
-  /// imported blocks.
+  /// imported blocks and the freed blocks' addresses.
   ~host_port() override {
     while (true) {
       queue* left = nullptr;
@@ -73,7 +76,8 @@ class host_port final : public port {
       }
       free_stream(left);
     }
-    for (const auto& [key, at] : imported_) ::munmap(at, mapped_bytes(device_memory_.at(at).bytes));
+    for (const auto& block : imports_.take_all()) ::munmap(block.at, mapped_bytes(block.bytes));
+    for (const auto& [bytes, at] : freed_) ::munmap(at, bytes);
   }
 
   std::string_view name() const override { return "host"; }
@@ -199,16 +203,25 @@ class host_port final : public port {
     const std::uint64_t id = next_block_id_.fetch_add(1);
     const int fd = ::memfd_create(block_name(::getpid(), id).c_str(), MFD_CLOEXEC);
     if (fd < 0) throw allocation_error("memfd_create", bytes);
+    std::unique_lock lock(mutex_);
+    void* at = nullptr;  // a freed block's address of this size, kept reserved
+    if (auto it = freed_.find(mapped_bytes(bytes)); it != freed_.end()) {
+      at = it->second;
+      freed_.erase(it);
+    }
+    lock.unlock();
     void* p = MAP_FAILED;
     if (::ftruncate(fd, off_t(mapped_bytes(bytes))) == 0)
-      p = ::mmap(nullptr, mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      p = ::mmap(at, mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
     if (p == MAP_FAILED) {
       const error failure = allocation_error("ftruncate and mmap", bytes);
       ::close(fd);
+      lock.lock();
+      if (at) freed_.emplace(mapped_bytes(bytes), at);
       throw failure;
     }
-    std::lock_guard lock(mutex_);
-    device_memory_[p] = {bytes, ::getpid(), fd, id, false};
+    lock.lock();
+    device_memory_[p] = {bytes, ::getpid(), fd, id, false, this_process(), reinterpret_cast<std::uintptr_t>(p)};
     return p;
   }
   void free_device(void* p, std::size_t) noexcept override {
@@ -216,12 +229,18 @@ class host_port final : public port {
     {
       std::lock_guard lock(mutex_);
       auto it = device_memory_.find(p);
-      if (it == device_memory_.end() || it->second.imported) return;  // imports stay until the port goes
+      if (it == device_memory_.end() || it->second.imported) return;  // imports stay while their owner's do
       freed = it->second;
       device_memory_.erase(it);
     }
-    ::munmap(p, mapped_bytes(freed.bytes));
+    // The address stays reserved for the next block of this size; a peer that still
+    // maps the block keeps its memory.
+    const std::size_t bytes = mapped_bytes(freed.bytes);
+    const bool kept = ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == p;
     ::close(freed.fd);
+    if (!kept) return void(::munmap(p, bytes));
+    std::lock_guard lock(mutex_);
+    freed_.emplace(bytes, p);
   }
   void* allocate_host(std::size_t bytes) override {
     wait_for_device("host", bytes);
@@ -248,38 +267,40 @@ class host_port final : public port {
     offset = std::size_t(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(it->first));
     const block& b = it->second;
     const handle_fields fields{handle_magic, std::int64_t(b.owner), b.fd, b.id, b.bytes};
-    shared_memory out;
+    shared_memory out{{}, b.origin, b.origin_base, b.bytes};
     std::memcpy(out.handle.data(), &fields, sizeof fields);
     return out;
   }
   /// Maps the block through its owner's /proc/<pid>/fd, once: later calls return the
-  /// same address.
+  /// same address. Unmaps the owner's blocks it overlaps (freed there).
   std::byte* import_memory(const shared_memory& handle) override {
     handle_fields fields;
     std::memcpy(&fields, handle.handle.data(), sizeof fields);
     if (fields.magic != handle_magic)
       throw error(errc::invalid_argument,
                   "device::host_port: import_memory was given a handle not made by a host_port's export_memory");
-    const auto key = std::pair(fields.owner, fields.id);
     {
       std::lock_guard lock(mutex_);
-      if (auto it = imported_.find(key); it != imported_.end()) return it->second;
+      if (std::byte* at = imports_.find(handle)) return at;
     }
     auto* at = static_cast<std::byte*>(map_peer_block(fields));
     std::lock_guard lock(mutex_);
-    const auto [it, inserted] = imported_.emplace(key, at);
-    if (!inserted) {  // another thread mapped it first
+    if (std::byte* first = imports_.find(handle)) {  // another thread mapped it first
       ::munmap(at, mapped_bytes(fields.bytes));
-      return it->second;
+      return first;
     }
-    device_memory_[at] = {fields.bytes, pid_t(fields.owner), int(fields.fd), fields.id, true};
+    for (const auto& old : imports_.add(handle, at)) {
+      device_memory_.erase(old.at);
+      ::munmap(old.at, mapped_bytes(old.bytes));
+    }
+    device_memory_[at] = {fields.bytes, pid_t(fields.owner), int(fields.fd), fields.id, true, handle.owner, handle.base};
     return at;
   }
 
   /// How many peers' blocks this port has opened (import_memory).
   std::size_t imported_blocks() const {
     std::lock_guard lock(mutex_);
-    return imported_.size();
+    return imports_.size();
   }
 
   /// How many copies touched host memory (staging through the host does; a call whose
@@ -323,6 +344,7 @@ class host_port final : public port {
     int fd = -1;
     std::uint64_t id = 0;  // unique in the owner process
     bool imported = false;
+    std::uint64_t origin = 0, origin_base = 0;  // shared_memory's owner and base
   };
   /// What shared_memory::handle holds for a host_port.
   struct handle_fields {
@@ -437,7 +459,8 @@ class host_port final : public port {
   std::condition_variable changed_;
   std::set<queue*> streams_;
   block_map device_memory_;  // allocate_device and imported blocks by start
-  std::map<std::pair<std::int64_t, std::uint64_t>, std::byte*> imported_;  // by (owner pid, id)
+  import_table imports_;                         // peers' blocks mapped here
+  std::multimap<std::size_t, void*> freed_;     // freed blocks' addresses, reserved, by size
   std::atomic<std::size_t> host_copies_{0};
   std::atomic<std::size_t> host_copy_bytes_{0};
   std::atomic<std::size_t> traffic_{0};

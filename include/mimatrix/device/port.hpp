@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <new>
 #include <string>
@@ -39,6 +40,10 @@ inline std::string describe_address(const void* p) {
 /// (cudaIpcMemHandle_t for CUDA), sent to it as it is.
 struct shared_memory {
   std::array<std::byte, 64> handle{};
+  /// Which process exported it (device::this_process()), and where its allocation lies
+  /// there: an importer retires an open block that a newer one from the same owner
+  /// overlaps (device/import_table.hpp).
+  std::uint64_t owner = 0, base = 0, bytes = 0;
 };
 
 /// How a network library names a port's device memory when it moves it directly
@@ -111,8 +116,9 @@ class port {
   /// from allocate_device or cudaMalloc).
   virtual shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset);
   /// This process's address of a peer's block. A block is opened once and stays open
-  /// until the port goes (opening one costs milliseconds on CUDA); its handle must come
-  /// from export_memory() of the same kind of port on this node.
+  /// (opening one costs milliseconds on CUDA) until the port goes or a newer block of
+  /// its owner overlaps it (the owner freed it); its handle must come from
+  /// export_memory() of the same kind of port on this node.
   virtual std::byte* import_memory(const shared_memory& block);
 
   /// What a network library must be told to send and receive this port's device memory

@@ -38,6 +38,8 @@ std::string why_processes_cannot_share_a_gpu() {
   return "";
 }
 
+std::size_t imported_blocks() { return device::cuda_port::instance().imported_blocks(); }
+
 void hold_stream(device::stream_handle s, int microseconds) {
   spin_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s)>>>(1000LL * microseconds);
 }

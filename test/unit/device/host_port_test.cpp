@@ -166,6 +166,41 @@ TEST(host_port, threads_that_import_one_block_at_once_get_one_address) {
   dev.free_device(block, 64);
 }
 
+// As CUDA's allocator does: so that a peer that still has a freed block open sees a new
+// block of its owner at the same address.
+TEST(host_port, a_freed_blocks_address_goes_to_the_next_block_of_its_size) {
+  host_port dev;
+  void* first = dev.allocate_device(4096);
+  dev.free_device(first, 4096);
+  void* larger = dev.allocate_device(8192);
+  EXPECT_NE(larger, first);
+  auto* again = static_cast<std::int32_t*>(dev.allocate_device(4096));
+  EXPECT_EQ(again, first);
+  again[1023] = 5;  // mapped, and writable
+  EXPECT_EQ(again[1023], 5);
+  EXPECT_TRUE(dev.on_device(again, 4096));
+  dev.free_device(again, 4096);
+  dev.free_device(larger, 8192);
+}
+
+TEST(host_port, an_open_block_that_its_owner_freed_is_unmapped_when_a_newer_block_there_opens) {
+  host_port dev;
+  constexpr std::size_t bytes = 4096;
+  auto* first = static_cast<std::int32_t*>(dev.allocate_device(bytes));
+  std::size_t offset = 0;
+  const std::byte* old_view = dev.import_memory(dev.export_memory(first, bytes, offset));
+  EXPECT_TRUE(dev.on_device(old_view, bytes));
+  dev.free_device(first, bytes);
+  auto* second = static_cast<std::int32_t*>(dev.allocate_device(bytes));
+  ASSERT_EQ(second, first);
+  second[7] = 42;
+  auto* view = reinterpret_cast<std::int32_t*>(dev.import_memory(dev.export_memory(second, bytes, offset)));
+  EXPECT_EQ(view[7], 42);  // the new block, not the freed one
+  EXPECT_EQ(dev.imported_blocks(), 1u);
+  EXPECT_FALSE(dev.on_device(old_view, bytes));  // unmapped
+  dev.free_device(second, bytes);
+}
+
 TEST(host_port, only_memory_from_allocate_device_can_be_exported) {
   host_port dev;
   std::vector<std::int32_t> host(16);

@@ -1,0 +1,182 @@
+// The peers' blocks of device memory that a port has opened, by owner and address. A
+// block stays open between calls, since opening costs milliseconds on CUDA; but a peer may
+// free its buffer and allocate another (a framework's allocator does). CUDA leaves
+// freeing an exported block while another process has it open undefined, and an open
+// block keeps its memory from being reused, so every call on fresh buffers would pin
+// more of the peer's GPU. An owner's live allocations never overlap: a block that
+// overlaps a newer one from the same owner was freed there, and is retired (closed).
+#pragma once
+
+#include <unistd.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/device/port.hpp"
+
+namespace mimatrix::device {
+
+/// This process's shared_memory::owner: random, drawn again in a child after fork (a
+/// child's allocations are not its parent's); pids alone may repeat across containers
+/// on one node.
+inline std::uint64_t this_process() {
+  static std::mutex guard;
+  static pid_t drawn_in = 0;
+  static std::uint64_t id = 0;
+  std::lock_guard lock(guard);
+  if (drawn_in != ::getpid()) {
+    std::random_device random;
+    id = (std::uint64_t(random()) << 32 | random()) ^ std::uint64_t(::getpid());
+    drawn_in = ::getpid();
+  }
+  return id;
+}
+
+/// Not thread-safe: its port guards it.
+class import_table {
+ public:
+  /// A block open here: this process's address of it, and its size.
+  struct opened {
+    std::byte* at = nullptr;
+    std::uint64_t bytes = 0;
+  };
+
+  /// This process's address of `block` if it is open here; nullptr if not.
+  std::byte* find(const shared_memory& block) const {
+    const auto it = open_.find({block.owner, block.base});
+    return it != open_.end() && it->second.handle == block.handle ? it->second.block.at : nullptr;
+  }
+
+  /// Records `block` open at `at`, and retires the owner's blocks it overlaps: they were
+  /// freed there. Returns those, for the port to close.
+  std::vector<opened> add(const shared_memory& block, std::byte* at) {
+    std::vector<opened> retired;
+    // Blocks of one owner never overlap each other, so their ends rise with their starts:
+    // walk back from the first that starts at or past the new block's end.
+    auto it = open_.lower_bound({block.owner, block.base + span(block.bytes)});
+    while (it != open_.begin()) {
+      auto before = std::prev(it);
+      const auto& [key, e] = *before;
+      if (key.first != block.owner || key.second + span(e.block.bytes) <= block.base) break;
+      retired.push_back(e.block);
+      it = open_.erase(before);
+    }
+    open_[{block.owner, block.base}] = {block.handle, {at, block.bytes}};
+    return retired;
+  }
+
+  /// Every block open here, forgotten (the port closes them as it goes).
+  std::vector<opened> take_all() {
+    std::vector<opened> all;
+    for (const auto& [key, e] : open_) all.push_back(e.block);
+    open_.clear();
+    return all;
+  }
+
+  std::size_t size() const { return open_.size(); }
+
+ private:
+  struct entry {
+    std::array<std::byte, 64> handle{};
+    opened block;
+  };
+  /// An empty block still holds its address.
+  static std::uint64_t span(std::uint64_t bytes) { return bytes ? bytes : 1; }
+
+  std::map<std::pair<std::uint64_t, std::uint64_t>, entry> open_;  // by (owner, base there)
+};
+
+/// The blocks this process exported, whichever port exported them. Ranks of one process
+/// read each other's blocks where they lie: CUDA cannot open a handle in the process that
+/// made it.
+class process_exports {
+ public:
+  static process_exports& instance() {
+    static process_exports exports;
+    return exports;
+  }
+  /// Records `block`, which starts at `base` here, and forgets the blocks it overlaps
+  /// (freed since).
+  void record(const shared_memory& block, std::byte* base) {
+    std::lock_guard lock(mutex_);
+    for (auto it = blocks_.begin(); it != blocks_.end();) {
+      const auto& [start, bytes] = it->second;
+      const bool overlaps = start < base + block.bytes && base < start + bytes;
+      it = overlaps && it->first != block.handle ? blocks_.erase(it) : std::next(it);
+    }
+    blocks_[block.handle] = {base, block.bytes};
+  }
+  /// Where `block` starts, if this process exported it; nullptr if not.
+  std::byte* find(const shared_memory& block) const {
+    std::lock_guard lock(mutex_);
+    const auto it = blocks_.find(block.handle);
+    return it == blocks_.end() ? nullptr : it->second.first;
+  }
+  std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return blocks_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::array<std::byte, 64>, std::pair<std::byte*, std::uint64_t>> blocks_;  // by handle: start, size
+};
+
+/// Runs work, in order, on a thread of its own, started by the first: a retired block's
+/// close may wait for the device (as a free does), whose gates the importing thread (the
+/// progress thread) must stay free to open. Its destructor runs what is left.
+class closing_thread {
+ public:
+  closing_thread() = default;
+  closing_thread(const closing_thread&) = delete;
+  closing_thread& operator=(const closing_thread&) = delete;
+  ~closing_thread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void run_later(std::function<void()> work) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(work));
+      if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopped, and nothing left
+      auto next = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      next();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace mimatrix::device
