@@ -54,32 +54,34 @@ class collectives {
   /// On device buffers over ranks of several hosts that reach the device memory of their
   /// own host's ranks only, and with no algorithm named: within each host through that
   /// memory, across the hosts a share a rank (detail/across_hosts.hpp). The first such
-  /// call splits the communicator by host, on every rank.
+  /// call (of allreduce, allgather or broadcast) splits the communicator by host, on every
+  /// rank.
   [[nodiscard]] request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
                                   const call_options& options = {}) {
-    if constexpr (detail::across_hosts<Transport>::splits_by_host) {
-      if (options.stream && options.algorithm.empty() &&
-          detail::across_hosts<Transport>::may_apply(comm_, *options.stream)) {
-        if (!split_tried_) {
-          split_tried_ = true;
-          hosts_ = detail::across_hosts<Transport>::split(comm_, core_, *options.stream);
-        }
-        if (hosts_) return hosts_->allreduce(core_, input, output, count, type, op, options);
-      }
-    }
+    if constexpr (splits_by_host)
+      if (auto* across = across_hosts_for(options))
+        return across->allreduce(core_, input, output, count, type, op, options);
     return core_.allreduce(input, output, count, type, op, options);
   }
+  /// Flat across hosts too (see above).
   [[nodiscard]] request reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
                                        reduce::op_kind op, const call_options& options = {}) {
     return core_.reduce_scatter(input, output, count, type, op, options);
   }
+  /// Across hosts as allreduce where ranks are numbered host by host.
   [[nodiscard]] request allgather(const void* input, void* output, std::size_t count, dtype type,
                                   const call_options& options = {}) {
+    if constexpr (splits_by_host)
+      if (auto* across = across_hosts_for(options); across && across->gathers())
+        return across->allgather(core_, input, output, count, type, options);
     return core_.allgather(input, output, count, type, options);
   }
-  /// `input` is read on `root` only (others may pass null).
+  /// `input` is read on `root` only (others may pass null). Across hosts as allreduce.
   [[nodiscard]] request broadcast(const void* input, void* output, std::size_t count, dtype type, int root,
                                   const call_options& options = {}) {
+    if constexpr (splits_by_host)
+      if (auto* across = across_hosts_for(options))
+        return across->broadcast(core_, input, output, count, type, root, options);
     return core_.broadcast(input, output, count, type, root, options);
   }
   /// Returns once every rank has entered it (an allreduce of one byte).
@@ -88,6 +90,21 @@ class collectives {
   communicator<Transport>& comm() { return comm_; }
 
  private:
+  static constexpr bool splits_by_host = detail::across_hosts<Transport>::splits_by_host;
+
+  /// The split by host where a call with `options` runs across hosts; null where it runs
+  /// flat. Called only where splits_by_host.
+  detail::across_hosts<Transport>* across_hosts_for(const call_options& options) {
+    if (!options.stream || !options.algorithm.empty() ||
+        !detail::across_hosts<Transport>::may_apply(comm_, *options.stream))
+      return nullptr;
+    if (!split_tried_) {
+      split_tried_ = true;
+      hosts_ = detail::across_hosts<Transport>::split(comm_, core_, *options.stream);
+    }
+    return hosts_.get();
+  }
+
   communicator<Transport>& comm_;
   detail::collectives_core core_;
   bool split_tried_ = false;

@@ -6,7 +6,9 @@
 // exact, in place and not, with a late producer before it and a consumer after it, for
 // counts that leave elements past the last whole share, and with only a share of the
 // buffer through host memory (flat staging moves all of it twice). Hosts of different
-// sizes run the call flat, and as exactly.
+// sizes run the call flat, and as exactly. A broadcast from every root, and an allgather
+// where ranks are numbered host by host, cross the network once a host and a part, and
+// are exact; ranks interleaved over the hosts gather flat.
 #include "mimatrix/transport/fabric.hpp"
 
 #include <gtest/gtest.h>
@@ -37,9 +39,12 @@ using transport::fabric;
 struct two_hosts {
   explicit two_hosts(std::chrono::milliseconds timeout) { comm.set_timeout(timeout); }
   ~two_hosts() { dev.free_stream(s.handle); }
+  /// By halves; by rank parity where the test asks for ranks interleaved over the hosts.
   static bool placed() {
     const char* given = std::getenv("RANK");
-    return ::setenv("MIMATRIX_HOST_ID", given && std::atoi(given) < 2 ? "first" : "second", 1) == 0;
+    const int rank = given ? std::atoi(given) : 0;
+    const bool first = std::getenv("INTERLEAVED_HOSTS") ? rank % 2 == 0 : rank < 2;
+    return ::setenv("MIMATRIX_HOST_ID", first ? "first" : "second", 1) == 0;
   }
 
   bool placed_ = placed();
@@ -121,10 +126,90 @@ MIMATRIX_SCENARIO(allreduce_across_hosts) {
   return wrong == 0 ? 0 : 1;
 }
 
+// What a rank's part of an allgather, and a broadcast's root, hold: distinct by rank.
+std::int64_t part_value(int rank, std::size_t i) { return std::int64_t(i % 977) * 4 + rank + 1; }
+
+MIMATRIX_SCENARIO(gather_and_broadcast_across_hosts) {
+  two_hosts job(30s);
+  [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
+  const bool interleaved = std::getenv("INTERLEAVED_HOSTS") != nullptr;
+  const bool broadcasts_compose = p % 2 == 0, gathers_compose = broadcasts_compose && !interleaved;
+  int wrong = 0;
+  const auto report = [&](bool bad, const std::string& what) {
+    if (bad && wrong++ < 5) std::printf("rank %d: %s\n", r, what.c_str());
+  };
+
+  for (const std::size_t n : {std::size_t(1), std::size_t(3001), std::size_t(50'000)})
+    for (const bool in_place : {false, true}) {
+      device_array<std::int64_t> in(dev, n), all(dev, n * std::size_t(p));
+      const std::int64_t* mine = in_place ? all.data() + std::size_t(r) * n : in.data();
+      dev.enqueue(s.handle, [&] {  // a late producer, which also clears the output
+        std::this_thread::sleep_for(5ms);
+        for (std::size_t i = 0; i < all.size(); ++i) all[i] = -7;
+        for (std::size_t i = 0; i < n; ++i) const_cast<std::int64_t*>(mine)[i] = part_value(r, i);
+      });
+      const std::size_t before = dev.host_copy_bytes();
+      auto pending = coll.allgather(mine, all.data(), n, dtype::int64, on_stream);
+      std::vector<std::int64_t> seen(all.size());
+      dev.enqueue(s.handle, [&] { std::memcpy(seen.data(), all.data(), seen.size() * sizeof(std::int64_t)); });
+      dev.synchronize(s.handle);
+      pending.wait();
+      const std::size_t moved = dev.host_copy_bytes() - before, bytes = n * sizeof(std::int64_t);
+      for (std::size_t g = 0; g < std::size_t(p); ++g)
+        for (std::size_t i = 0; i < n; ++i)
+          report(seen[g * n + i] != part_value(int(g), i),
+                 "allgather of " + std::to_string(n) + (in_place ? " in place" : "") + ": rank " + std::to_string(g) +
+                     "'s element " + std::to_string(i) + " is " + std::to_string(seen[g * n + i]));
+      // Composed, a rank stages its part out and back (the root of a staged broadcast
+      // takes its output from the staging too) and the other host's part in; flat, its
+      // part out and the whole output in.
+      if (n == 50'000)
+        report(gathers_compose ? moved > 3 * bytes : moved < std::size_t(p + 1) * bytes,
+               "allgather moved " + std::to_string(moved) + " bytes through host memory for parts of " +
+                   std::to_string(bytes));
+    }
+
+  for (const std::size_t n : {std::size_t(1), std::size_t(100'000)})
+    for (int root = 0; root < p; ++root) {
+      device_array<std::int64_t> data(dev, n, -1);
+      if (r == root)
+        for (std::size_t i = 0; i < n; ++i) data[i] = part_value(root, i);
+      const std::size_t before = dev.host_copy_bytes();
+      coll.broadcast(r == root ? data.data() : nullptr, data.data(), n, dtype::int64, root, on_stream).wait();
+      dev.synchronize(s.handle);
+      const std::size_t moved = dev.host_copy_bytes() - before, bytes = n * sizeof(std::int64_t);
+      for (std::size_t i = 0; i < n; ++i)
+        report(data[i] != part_value(root, i), "broadcast of " + std::to_string(n) + " from rank " +
+                                                   std::to_string(root) + ": element " + std::to_string(i) + " is " +
+                                                   std::to_string(data[i]));
+      // Composed, the data crosses the host staging on the root and on the rank of its
+      // local index on the other host, and on no other rank; flat, on every rank.
+      const auto local_index = [&](int g) { return interleaved ? g / 2 : g % 2; };
+      const std::size_t carried = local_index(r) == local_index(root) ? bytes : 0;
+      if (n == 100'000 && r != root)
+        report(broadcasts_compose ? moved > carried : moved < bytes,
+               "broadcast from rank " + std::to_string(root) + " moved " + std::to_string(moved) +
+                   " bytes through host memory for " + std::to_string(bytes));
+    }
+
+  if (gathers_compose) {  // overlapping buffers are refused on every rank before any part starts
+    device_array<std::int64_t> all(dev, 400);
+    try {
+      coll.allgather(all.data() + 1, all.data(), 100, dtype::int64, on_stream).wait();
+      report(true, "overlapping allgather buffers were taken");
+    } catch (const error& e) {
+      report(e.code() != errc::invalid_argument, std::string("overlap refused as ") + e.what());
+    }
+  }
+  if (wrong == 0) std::printf("rank %d: across hosts exact\n", r);
+  return wrong == 0 ? 0 : 1;
+}
+
 // Rank 3 ends after the first call. Rank 1's share of the second fails across the hosts
 // (its peer there is rank 3); its allgather must not then hand rank 0 a share that was
 // never reduced across the hosts: every surviving rank's call fails, none succeeds with
-// wrong data, and each stream goes on.
+// wrong data, and each stream goes on. The same for an allgather, and for a broadcast
+// whose root's peer across the hosts is rank 3 (its host's other rank must fail too).
 MIMATRIX_SCENARIO(across_hosts_peer_dies) {
   two_hosts job(5s);
   [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
@@ -133,8 +218,15 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
   dev.synchronize(s.handle);
   if (r == 3) std::_Exit(0);
   std::string what = "succeeded";
+  const std::string collective = std::getenv("COLLECTIVE") ? std::getenv("COLLECTIVE") : "allreduce";
+  device_array<std::int64_t> all(dev, data.size() * std::size_t(p));
   try {
-    coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+    if (collective == "allgather")  // rank 1's broadcast from the other host fails; its gathers must too
+      coll.allgather(data.data(), all.data(), data.size(), dtype::int64, on_stream).wait();
+    else if (collective == "broadcast")  // from rank 1, whose peer across is rank 3: rank 0's part within must fail too
+      coll.broadcast(r == 1 ? data.data() : nullptr, data.data(), data.size(), dtype::int64, 1, on_stream).wait();
+    else
+      coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
   } catch (const error& e) {
     what = "CAUGHT " + e.code().message() + ": " + e.what();
   }
@@ -187,10 +279,31 @@ TEST_P(device_across_hosts, hosts_of_different_sizes_run_it_flat) {
   expect_exact(test::run_ranks(3, GetParam(), "allreduce_across_hosts"), 3);
 }
 
+TEST_P(device_across_hosts, an_allgather_and_a_broadcast_cross_the_network_once_a_host) {
+  expect_exact(test::run_ranks(4, GetParam(), "gather_and_broadcast_across_hosts"), 4);
+}
+
+TEST_P(device_across_hosts, ranks_interleaved_over_hosts_gather_flat_and_broadcast_across) {
+  expect_exact(test::run_ranks(4, GetParam(), "gather_and_broadcast_across_hosts", {{"INTERLEAVED_HOSTS", "1"}}), 4);
+}
+
+TEST_P(device_across_hosts, hosts_of_different_sizes_gather_and_broadcast_flat) {
+  expect_exact(test::run_ranks(3, GetParam(), "gather_and_broadcast_across_hosts"), 3);
+}
+
 TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_call_and_none_succeeds_with_a_share_unreduced) {
   const auto result = test::run_ranks(4, GetParam(), "across_hosts_peer_dies", {}, 60s);
   for (int r = 0; r < 3; ++r)
     EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << test::all_output(result);
+}
+
+TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_allgather_and_broadcast) {
+  for (const char* collective : {"allgather", "broadcast"}) {
+    const auto result = test::run_ranks(4, GetParam(), "across_hosts_peer_dies", {{"COLLECTIVE", collective}}, 60s);
+    for (int r = 0; r < 3; ++r)
+      EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << collective << "\n"
+                                                                                  << test::all_output(result);
+  }
 }
 
 TEST_P(device_across_hosts, an_abort_ends_the_parts_in_flight_on_every_rank) {

@@ -6,7 +6,11 @@
 // queued on the caller's stream, one behind the other, with no host wait. Only a 1/L
 // share of the buffer crosses the network (and the host staging, where the network
 // cannot read device memory) where the flat call moves all of it. The count % L elements
-// past the last whole share go in one flat call of their own.
+// past the last whole share go in one flat call of their own. A broadcast crosses the
+// network once a host, to the root's local index there, and then goes within each host;
+// an allgather, where ranks are numbered host by host, broadcasts each host's parts
+// across the hosts and gathers them within each host. A reduce-scatter stays flat (its
+// composition needs scratch of the hosts' count times the output).
 #pragma once
 
 #include <cstddef>
@@ -126,28 +130,31 @@ class across_hosts {
     std::int32_t everywhere = 0;
     whole.allreduce(&pays, &everywhere, 1, dtype::int32, reduce::op_kind::min, {}).wait();
     if (!everywhere) return nullptr;
+    // Where every rank lies: its host's index among the ranks of its local index, and
+    // that local index. The same table on every rank.
+    const std::int32_t mine[2] = {made->hosts_->rank(), made->local_->rank()};
+    made->where_.resize(2 * std::size_t(comm.size()));
+    whole.allgather(mine, made->where_.data(), 2, dtype::int32, {}).wait();
+    for (int g = 0; g < comm.size(); ++g)
+      made->host_major_ &= made->where_[2 * std::size_t(g)] * local + made->where_[2 * std::size_t(g) + 1] == g;
     if (comm.rank() == 0)
-      log(log_level::info, "allreduce on device buffers across " + std::to_string(hosts) + " hosts of " +
+      log(log_level::info, "calls on device buffers across " + std::to_string(hosts) + " hosts of " +
                                std::to_string(local) +
-                               " ranks: within each host through device memory, a share a rank across the hosts");
+                               " ranks: within each host through device memory; allreduce a share a rank across the "
+                               "hosts, broadcast once a host, allgather " +
+                               (made->host_major_ ? "once a host and a part" : "flat (ranks not numbered host by host)"));
     return made;
   }
 
   /// As collectives_core::allreduce, composed as above; `whole` runs the remainder.
   request allreduce(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type,
                     reduce::op_kind op, const call_options& given) {
-    call_options options = given;  // the parts' deadline: the whole communicator's, as it is now
-    if (!options.timeout) options.timeout = whole_.settings().timeout;
+    const call_options options = parts_options(given);
     const auto ranks = static_cast<std::size_t>(local_->size());
     const std::size_t share = count / ranks, shared = share * ranks, bytes = size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    // Checked before any part starts, so that every rank with such buffers refuses the call whole.
-    if (in != out && in < out + count * bytes && out < in + count * bytes)
-      throw error(errc::invalid_argument,
-                  "rank " + std::to_string(rank_) + ": allreduce: the input [" + device::describe_address(in) + ", +" +
-                      std::to_string(count * bytes) + " bytes) overlaps the output at " + device::describe_address(out) +
-                      " without being in place");
+    refuse_overlap("allreduce", in, count * bytes, out, count * bytes, in == out);
     // avg sums at both stages and divides once by all the ranks, as the flat call does
     // (averaging at each stage would round twice, and an integer's mean would drift).
     const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
@@ -177,6 +184,65 @@ class across_hosts {
             std::to_string(hosts_->size()) + " hosts"));
   }
 
+  /// As collectives_core::broadcast: across the hosts among the ranks of the root's local
+  /// index, then within each host from that rank.
+  request broadcast(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type, int root,
+                    const call_options& given) {
+    if (root < 0 || root >= size_ || !count) return whole.broadcast(input, output, count, type, root, given);
+    const call_options options = parts_options(given);
+    const std::size_t bytes = count * size_of(type);
+    if (rank_ == root) refuse_overlap("broadcast", input, bytes, output, bytes, input == output);
+    const std::int32_t root_host = where_[2 * std::size_t(root)], root_local = where_[2 * std::size_t(root) + 1];
+    const bool carries = local_->rank() == root_local;  // this host's rank that the network reaches
+    local_->transport().share_fate(hosts_->transport());
+    std::vector<request> parts;
+    std::vector<std::string> names;
+    if (carries) {
+      parts.push_back(hosts_calls_.broadcast(rank_ == root ? input : nullptr, output, count, type, root_host, options));
+      names.emplace_back("its broadcast across the hosts");
+    }
+    parts.push_back(local_calls_.broadcast(carries ? output : nullptr, output, count, type, root_local, options));
+    names.emplace_back("its broadcast within the host");
+    return request(std::make_unique<all_of>(std::move(parts), std::move(names),
+                                            "rank " + std::to_string(rank_) + ": a broadcast of " +
+                                                std::to_string(count) + " elements from rank " + std::to_string(root) +
+                                                " across " + std::to_string(hosts_->size()) + " hosts"));
+  }
+
+  /// Whether allgather() composes: ranks are numbered host by host (rank = host · L +
+  /// local index), so that each host's parts lie together in the output.
+  bool gathers() const { return host_major_; }
+
+  /// As collectives_core::allgather, where gathers(): for each host in turn, its parts
+  /// are broadcast across the hosts (each by the rank of its local index) into their
+  /// place in the output, and then allgathered within each host through device memory.
+  /// A rank takes (H - 1) parts from the network, as few as any allgather can.
+  request allgather(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type,
+                    const call_options& given) {
+    if (!count) return whole.allgather(input, output, count, type, given);
+    const call_options options = parts_options(given);
+    const int hosts = hosts_->size(), local = local_->size(), host = hosts_->rank();
+    const std::size_t bytes = count * size_of(type);
+    const auto* in = static_cast<const std::byte*>(input);
+    auto* out = static_cast<std::byte*>(output);
+    refuse_overlap("allgather", in, bytes, out, bytes * std::size_t(size_), in == out + std::size_t(rank_) * bytes);
+    local_->transport().share_fate(hosts_->transport());
+    std::vector<request> parts;
+    std::vector<std::string> names;
+    for (int k = 0; k < hosts; ++k) {
+      std::byte* block = out + std::size_t(k) * std::size_t(local) * bytes;  // host k's parts
+      std::byte* place = block + std::size_t(local_->rank()) * bytes;         // this local index's
+      parts.push_back(hosts_calls_.broadcast(k == host ? in : nullptr, place, count, type, k, options));
+      parts.push_back(local_calls_.allgather(place, block, count, type, options));
+      names.push_back("its broadcast across the hosts of host " + std::to_string(k) + "'s parts");
+      names.push_back("its allgather within the host of host " + std::to_string(k) + "'s parts");
+    }
+    return request(std::make_unique<all_of>(std::move(parts), std::move(names),
+                                            "rank " + std::to_string(rank_) + ": an allgather of " +
+                                                std::to_string(count) + " elements across " +
+                                                std::to_string(hosts) + " hosts"));
+  }
+
  private:
   explicit across_hosts(communicator<Transport>& comm)
       : whole_(comm),
@@ -191,6 +257,26 @@ class across_hosts {
     comm.transport().abort_with(hosts_->transport());
   }
 
+  /// The parts' options: their deadline is the whole communicator's, as it is now.
+  call_options parts_options(const call_options& given) const {
+    call_options options = given;
+    if (!options.timeout) options.timeout = whole_.settings().timeout;
+    return options;
+  }
+
+  /// Buffers that overlap without being in place are refused before any part starts, so
+  /// that every rank with such buffers refuses the call whole.
+  void refuse_overlap(const char* what, const void* input, std::size_t in_bytes, const void* output,
+                      std::size_t out_bytes, bool in_place) const {
+    const auto* in = static_cast<const std::byte*>(input);
+    const auto* out = static_cast<const std::byte*>(output);
+    if (in_place || !in_bytes || !(in < out + out_bytes && out < in + in_bytes)) return;
+    throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": " + what + ": the input [" +
+                                            device::describe_address(in) + ", +" + std::to_string(in_bytes) +
+                                            " bytes) overlaps the output [" + device::describe_address(out) + ", +" +
+                                            std::to_string(out_bytes) + " bytes) without being in place");
+  }
+
   static collectives_core calls_on(communicator<Transport>& c) {
     return collectives_core(c.state(), face_of(c.transport()), std::make_shared<const topology::ring>(),
                             &automatic_on<topology::ring>, suggestion_of(c.transport()));
@@ -202,6 +288,8 @@ class across_hosts {
   std::optional<communicator<Transport>> local_;  // this host's ranks
   std::optional<communicator<Transport>> hosts_;  // the ranks of this local index, one a host
   collectives_core local_calls_, hosts_calls_;
+  std::vector<std::int32_t> where_;  // by rank of the whole: its host's index in its hosts_, its local index
+  bool host_major_ = true;           // rank = host · L + local index, on every rank
 };
 
 }  // namespace mimatrix::detail
