@@ -114,6 +114,12 @@ step train_gpu_2 "$here/bin/mimatrix-run" -n 2 "${train[@]}"
 # (IPC), a share a rank across the hosts, staged (docs/device.md, "Across hosts").
 MIMATRIX_DEBUG=INFO step perf_across_hosts "$here/bin/mimatrix-run" -n 4 --hosts 2 "$here/bin/allreduce_perf" \
   --provider shm -G cuda -b 1M -e 64M -f 4 -n 10 -w 3 -c 1
+# The other collectives as 2 emulated hosts, composed and flat (an algorithm named).
+for c in reduce_scatter allgather broadcast; do
+  hosts=("$here/bin/mimatrix-run" -n 4 --hosts 2 "$here/bin/${c}_perf" --provider shm -G cuda -b 1M -e 64M -f 4 -n 10 -w 3 -c 1)
+  MIMATRIX_DEBUG=INFO step "perf_${c}_across_hosts" "${hosts[@]}"
+  step "perf_${c}_across_hosts_flat" "${hosts[@]}" --algo ring
+done
 # Staged through pinned host memory, for comparison.
 MIMATRIX_DEVICE_IPC=0 step perf_staged "${perf[@]}"
 # Reduce-scatter, allgather and broadcast, 3 ranks sharing the GPU: GDRAA's one pass a

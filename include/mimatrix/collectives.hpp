@@ -54,8 +54,8 @@ class collectives {
   /// On device buffers over ranks of several hosts that reach the device memory of their
   /// own host's ranks only, and with no algorithm named: within each host through that
   /// memory, across the hosts a share a rank (detail/across_hosts.hpp). The first such
-  /// call (of allreduce, allgather or broadcast) splits the communicator by host, on every
-  /// rank.
+  /// call (of allreduce, reduce-scatter, allgather or broadcast) splits the communicator
+  /// by host, on every rank.
   [[nodiscard]] request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
                                   const call_options& options = {}) {
     if constexpr (splits_by_host)
@@ -63,9 +63,12 @@ class collectives {
         return across->allreduce(core_, input, output, count, type, op, options);
     return core_.allreduce(input, output, count, type, op, options);
   }
-  /// Flat across hosts too (see above).
+  /// Across hosts as allreduce where ranks are numbered host by host.
   [[nodiscard]] request reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
                                        reduce::op_kind op, const call_options& options = {}) {
+    if constexpr (splits_by_host)
+      if (auto* across = across_hosts_for(options); across && across->gathers())
+        return across->reduce_scatter(core_, input, output, count, type, op, options);
     return core_.reduce_scatter(input, output, count, type, op, options);
   }
   /// Across hosts as allreduce where ranks are numbered host by host.

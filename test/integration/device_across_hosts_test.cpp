@@ -7,8 +7,9 @@
 // counts that leave elements past the last whole share, and with only a share of the
 // buffer through host memory (flat staging moves all of it twice). Hosts of different
 // sizes run the call flat, and as exactly. A broadcast from every root, and an allgather
-// where ranks are numbered host by host, cross the network once a host and a part, and
-// are exact; ranks interleaved over the hosts gather flat.
+// and a reduce-scatter where ranks are numbered host by host, cross the network once a
+// host and a part, and are exact (reduce-scatters in flight on two streams each take
+// scratch of their own); ranks interleaved over the hosts gather and scatter flat.
 #include "mimatrix/transport/fabric.hpp"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,7 +131,7 @@ MIMATRIX_SCENARIO(allreduce_across_hosts) {
 // What a rank's part of an allgather, and a broadcast's root, hold: distinct by rank.
 std::int64_t part_value(int rank, std::size_t i) { return std::int64_t(i % 977) * 4 + rank + 1; }
 
-MIMATRIX_SCENARIO(gather_and_broadcast_across_hosts) {
+MIMATRIX_SCENARIO(composed_collectives_across_hosts) {
   two_hosts job(30s);
   [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
   const bool interleaved = std::getenv("INTERLEAVED_HOSTS") != nullptr;
@@ -192,6 +194,75 @@ MIMATRIX_SCENARIO(gather_and_broadcast_across_hosts) {
                    " bytes through host memory for " + std::to_string(bytes));
     }
 
+  // Rank q's part g of a reduce-scatter's input holds part_value(q, g · n + i).
+  const auto scatter_sum = [&](std::size_t at) {
+    std::int64_t sum = 0;
+    for (int q = 0; q < p; ++q) sum += part_value(q, at);
+    return sum;
+  };
+  for (const std::size_t n : {std::size_t(1), std::size_t(3001), std::size_t(50'000)})
+    for (const bool in_place : {false, true}) {
+      device_array<std::int64_t> whole(dev, n * std::size_t(p)), part(dev, n);
+      std::int64_t* result = in_place ? whole.data() + std::size_t(r) * n : part.data();
+      dev.enqueue(s.handle, [&] {
+        std::this_thread::sleep_for(5ms);
+        for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = part_value(r, i);
+        if (!in_place)
+          for (std::size_t i = 0; i < n; ++i) part[i] = -7;
+      });
+      const std::size_t before = dev.host_copy_bytes();
+      auto pending = coll.reduce_scatter(whole.data(), result, n, dtype::int64, reduce::op_kind::sum, on_stream);
+      std::vector<std::int64_t> seen(n);
+      dev.enqueue(s.handle, [&] { std::memcpy(seen.data(), result, n * sizeof(std::int64_t)); });
+      dev.synchronize(s.handle);
+      pending.wait();
+      const std::size_t moved = dev.host_copy_bytes() - before, bytes = n * sizeof(std::int64_t);
+      for (std::size_t i = 0; i < n; ++i)
+        report(seen[i] != scatter_sum(std::size_t(r) * n + i),
+               "reduce-scatter of " + std::to_string(n) + (in_place ? " in place" : "") + ": element " +
+                   std::to_string(i) + " is " + std::to_string(seen[i]));
+      // Composed, a rank stages the H parts of its scratch out and its part in; flat, the
+      // whole input out and its part in.
+      if (n == 50'000)
+        report(gathers_compose ? moved > 3 * bytes : moved < std::size_t(p + 1) * bytes,
+               "reduce-scatter moved " + std::to_string(moved) + " bytes through host memory for parts of " +
+                   std::to_string(bytes));
+    }
+  {  // avg sums at both stages and divides once: 2, 1, 1, 0 average to 1, not 0
+    const auto value = [](int q) { return std::int64_t(q == 0 ? 2 : q == 3 ? 0 : 1); };
+    std::int64_t sum = 0;
+    for (int q = 0; q < p; ++q) sum += value(q);
+    device_array<std::int64_t> whole(dev, 1001 * std::size_t(p), value(r)), part(dev, 1001);
+    coll.reduce_scatter(whole.data(), part.data(), 1001, dtype::int64, reduce::op_kind::avg, on_stream).wait();
+    dev.synchronize(s.handle);
+    for (std::size_t i = 0; i < part.size(); ++i)
+      report(part[i] != sum / p, "integer avg reduce-scatter: " + std::to_string(part[i]));
+  }
+  {  // calls in flight on two streams, lagging, never waited for in between: each needs scratch of its own
+    const device::stream other{&dev, dev.make_stream()};
+    constexpr std::size_t n = 20'000;
+    std::vector<std::unique_ptr<device_array<std::int64_t>>> wholes, parts;
+    std::vector<request> in_flight;
+    for (int c = 0; c < 4; ++c) {
+      wholes.push_back(std::make_unique<device_array<std::int64_t>>(dev, n * std::size_t(p)));
+      parts.push_back(std::make_unique<device_array<std::int64_t>>(dev, n, -7));
+      for (std::size_t i = 0; i < wholes.back()->size(); ++i) (*wholes.back())[i] = part_value(r, i) + c;
+      const device::stream& on = c % 2 ? other : s;
+      in_flight.push_back(coll.reduce_scatter(wholes.back()->data(), parts.back()->data(), n, dtype::int64,
+                                              reduce::op_kind::sum,
+                                              {.algorithm = {}, .timeout = {}, .stream = on, .tag = 0}));
+    }
+    dev.synchronize(s.handle);
+    dev.synchronize(other.handle);
+    for (auto& q : in_flight) q.wait();
+    for (int c = 0; c < 4; ++c)
+      for (std::size_t i = 0; i < n; ++i)
+        report((*parts[std::size_t(c)])[i] != scatter_sum(std::size_t(r) * n + i) + p * c,
+               "reduce-scatter " + std::to_string(c) + " in flight on two streams: element " + std::to_string(i) +
+                   " is " + std::to_string((*parts[std::size_t(c)])[i]));
+    dev.free_stream(other.handle);
+  }
+
   if (gathers_compose) {  // overlapping buffers are refused on every rank before any part starts
     device_array<std::int64_t> all(dev, 400);
     try {
@@ -223,6 +294,8 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
   try {
     if (collective == "allgather")  // rank 1's broadcast from the other host fails; its gathers must too
       coll.allgather(data.data(), all.data(), data.size(), dtype::int64, on_stream).wait();
+    else if (collective == "reduce_scatter")  // rank 2 fails within its host, rank 1 across: rank 0 must fail too
+      coll.reduce_scatter(all.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
     else if (collective == "broadcast")  // from rank 1, whose peer across is rank 3: rank 0's part within must fail too
       coll.broadcast(r == 1 ? data.data() : nullptr, data.data(), data.size(), dtype::int64, 1, on_stream).wait();
     else
@@ -279,16 +352,16 @@ TEST_P(device_across_hosts, hosts_of_different_sizes_run_it_flat) {
   expect_exact(test::run_ranks(3, GetParam(), "allreduce_across_hosts"), 3);
 }
 
-TEST_P(device_across_hosts, an_allgather_and_a_broadcast_cross_the_network_once_a_host) {
-  expect_exact(test::run_ranks(4, GetParam(), "gather_and_broadcast_across_hosts"), 4);
+TEST_P(device_across_hosts, a_broadcast_an_allgather_and_a_reduce_scatter_cross_the_network_once_a_host) {
+  expect_exact(test::run_ranks(4, GetParam(), "composed_collectives_across_hosts"), 4);
 }
 
-TEST_P(device_across_hosts, ranks_interleaved_over_hosts_gather_flat_and_broadcast_across) {
-  expect_exact(test::run_ranks(4, GetParam(), "gather_and_broadcast_across_hosts", {{"INTERLEAVED_HOSTS", "1"}}), 4);
+TEST_P(device_across_hosts, ranks_interleaved_over_hosts_gather_and_scatter_flat_and_broadcast_across) {
+  expect_exact(test::run_ranks(4, GetParam(), "composed_collectives_across_hosts", {{"INTERLEAVED_HOSTS", "1"}}), 4);
 }
 
-TEST_P(device_across_hosts, hosts_of_different_sizes_gather_and_broadcast_flat) {
-  expect_exact(test::run_ranks(3, GetParam(), "gather_and_broadcast_across_hosts"), 3);
+TEST_P(device_across_hosts, hosts_of_different_sizes_run_the_other_collectives_flat) {
+  expect_exact(test::run_ranks(3, GetParam(), "composed_collectives_across_hosts"), 3);
 }
 
 TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_call_and_none_succeeds_with_a_share_unreduced) {
@@ -297,8 +370,8 @@ TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_call_and_none
     EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << test::all_output(result);
 }
 
-TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_allgather_and_broadcast) {
-  for (const char* collective : {"allgather", "broadcast"}) {
+TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_other_collectives) {
+  for (const char* collective : {"allgather", "reduce_scatter", "broadcast"}) {
     const auto result = test::run_ranks(4, GetParam(), "across_hosts_peer_dies", {{"COLLECTIVE", collective}}, 60s);
     for (int r = 0; r < 3; ++r)
       EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << collective << "\n"

@@ -9,8 +9,9 @@
 // past the last whole share go in one flat call of their own. A broadcast crosses the
 // network once a host, to the root's local index there, and then goes within each host;
 // an allgather, where ranks are numbered host by host, broadcasts each host's parts
-// across the hosts and gathers them within each host. A reduce-scatter stays flat (its
-// composition needs scratch of the hosts' count times the output).
+// across the hosts and gathers them within each host; a reduce-scatter, there too,
+// reduce-scatters each host's parts within each host into scratch, and the scratch
+// across the hosts.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/detail/stream_scratch.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/request.hpp"
@@ -141,7 +143,7 @@ class across_hosts {
       log(log_level::info, "calls on device buffers across " + std::to_string(hosts) + " hosts of " +
                                std::to_string(local) +
                                " ranks: within each host through device memory; allreduce a share a rank across the "
-                               "hosts, broadcast once a host, allgather " +
+                               "hosts, broadcast once a host, allgather and reduce-scatter " +
                                (made->host_major_ ? "once a host and a part" : "flat (ranks not numbered host by host)"));
     return made;
   }
@@ -209,7 +211,48 @@ class across_hosts {
                                                 " across " + std::to_string(hosts_->size()) + " hosts"));
   }
 
-  /// Whether allgather() composes: ranks are numbered host by host (rank = host · L +
+  /// As collectives_core::reduce_scatter, where gathers(): for each host k in turn, the
+  /// ranks of each host reduce-scatter host k's parts of their inputs within the host
+  /// into a scratch block, part k; the ranks of each local index then reduce-scatter
+  /// that block across the hosts into their outputs. A rank sends (H - 1) parts to the
+  /// network, as few as any reduce-scatter can.
+  request reduce_scatter(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type,
+                         reduce::op_kind op, const call_options& given) {
+    if (!count) return whole.reduce_scatter(input, output, count, type, op, given);
+    const call_options options = parts_options(given);
+    const int hosts = hosts_->size(), local = local_->size();
+    const std::size_t bytes = count * size_of(type);
+    const auto* in = static_cast<const std::byte*>(input);
+    auto* out = static_cast<std::byte*>(output);
+    refuse_overlap("reduce_scatter", in, bytes * std::size_t(size_), out, bytes, out == in + std::size_t(rank_) * bytes);
+    const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
+    const device::stream& s = *options.stream;
+    local_->transport().share_fate(hosts_->transport());
+    const std::size_t slot = scratch_.take(*s.device, bytes * std::size_t(hosts));
+    std::byte* staged = scratch_.at(slot);
+    std::vector<request> parts;
+    std::vector<std::string> names;
+    try {
+      for (int k = 0; k < hosts; ++k) {
+        parts.push_back(local_calls_.reduce_scatter(in + std::size_t(k) * std::size_t(local) * bytes,
+                                                    staged + std::size_t(k) * bytes, count, type, stage_op, options));
+        names.push_back("its reduce-scatter within the host of host " + std::to_string(k) + "'s parts");
+      }
+      parts.push_back(hosts_calls_.reduce_scatter(staged, out, count, type, stage_op, options));
+      names.emplace_back("its reduce-scatter across the hosts");
+      if (op == reduce::op_kind::avg) s.device->finalize(s.handle, reduce::host_kernels_for(type, op), out, bytes, size_);
+    } catch (...) {
+      scratch_.release_after(slot, s.handle);  // behind what the parts made queued
+      throw;
+    }
+    scratch_.release_after(slot, s.handle);
+    return request(std::make_unique<all_of>(std::move(parts), std::move(names),
+                                            "rank " + std::to_string(rank_) + ": a reduce-scatter of " +
+                                                std::to_string(count) + " elements across " + std::to_string(hosts) +
+                                                " hosts"));
+  }
+
+  /// Whether allgather() and reduce_scatter() compose: ranks are numbered host by host (rank = host · L +
   /// local index), so that each host's parts lie together in the output.
   bool gathers() const { return host_major_; }
 
@@ -290,6 +333,7 @@ class across_hosts {
   collectives_core local_calls_, hosts_calls_;
   std::vector<std::int32_t> where_;  // by rank of the whole: its host's index in its hosts_, its local index
   bool host_major_ = true;           // rank = host · L + local index, on every rank
+  stream_scratch scratch_;           // last: it waits for the parts' work, which the groups' progress ends
 };
 
 }  // namespace mimatrix::detail
