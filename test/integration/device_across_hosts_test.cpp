@@ -271,6 +271,12 @@ MIMATRIX_SCENARIO(composed_collectives_across_hosts) {
     } catch (const error& e) {
       report(e.code() != errc::invalid_argument, std::string("overlap refused as ") + e.what());
     }
+    try {
+      coll.reduce_scatter(all.data(), all.data() + 1, 100, dtype::int64, reduce::op_kind::sum, on_stream).wait();
+      report(true, "overlapping reduce-scatter buffers were taken");
+    } catch (const error& e) {
+      report(e.code() != errc::invalid_argument, std::string("overlap refused as ") + e.what());
+    }
   }
   if (wrong == 0) std::printf("rank %d: across hosts exact\n", r);
   return wrong == 0 ? 0 : 1;

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,9 +45,11 @@ namespace mimatrix::detail {
 /// first one's that failed, in order.
 class all_of final : public operation {
  public:
-  /// `names[k]` says in its error what part k was, after `what`.
-  all_of(std::vector<request> parts, std::vector<std::string> names, std::string what)
-      : parts_(std::move(parts)), names_(std::move(names)), what_(std::move(what)) {}
+  /// `names[k]` says in its error what part k was, after `what`; `on_failure` runs once,
+  /// at the first failure seen.
+  all_of(std::vector<request> parts, std::vector<std::string> names, std::string what,
+         std::function<void()> on_failure = {})
+      : parts_(std::move(parts)), names_(std::move(names)), what_(std::move(what)), on_failure_(std::move(on_failure)) {}
   ~all_of() override {
     std::error_code ignored;
     all_of::wait(ignored);
@@ -75,6 +78,7 @@ class all_of final : public operation {
       else if (!r.test())
         return false;
     } catch (const error& e) {
+      if (failures_.empty() && on_failure_) on_failure_();
       failures_.resize(parts_.size());
       std::string why = e.what();
       // system_error's what() ends in the code's message, which the request adds again.
@@ -97,6 +101,7 @@ class all_of final : public operation {
   std::vector<request> parts_;
   std::vector<std::string> names_;
   std::string what_;
+  std::function<void()> on_failure_;
   std::vector<std::pair<std::error_code, std::string>> failures_;  // by part, once one failed
   std::string message_;
 };
@@ -242,14 +247,19 @@ class across_hosts {
       names.emplace_back("its reduce-scatter across the hosts");
       if (op == reduce::op_kind::avg) s.device->finalize(s.handle, reduce::host_kernels_for(type, op), out, bytes, size_);
     } catch (...) {
-      scratch_.release_after(slot, s.handle);  // behind what the parts made queued
+      *scratch_.spoiled(slot) = true;  // parts already started may still write it
+      try {
+        scratch_.release_after(slot, s.handle);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
+      }
       throw;
     }
     scratch_.release_after(slot, s.handle);
-    return request(std::make_unique<all_of>(std::move(parts), std::move(names),
-                                            "rank " + std::to_string(rank_) + ": a reduce-scatter of " +
-                                                std::to_string(count) + " elements across " + std::to_string(hosts) +
-                                                " hosts"));
+    return request(std::make_unique<all_of>(
+        std::move(parts), std::move(names),
+        "rank " + std::to_string(rank_) + ": a reduce-scatter of " + std::to_string(count) + " elements across " +
+            std::to_string(hosts) + " hosts",
+        [spoiled = scratch_.spoiled(slot)] { *spoiled = true; }));
   }
 
   /// Whether allgather() and reduce_scatter() compose: ranks are numbered host by host (rank = host · L +

@@ -421,6 +421,7 @@ class cuda_port final : public port {
     for (const auto& old : imports_.add(block, static_cast<std::byte*>(at)))
       closer_.run_later([device = device_, old = old.at] {
         (void)cudaSetDevice(device);
+        (void)cudaDeviceSynchronize();  // the work queued so far, a failed call's reads of it included
         (void)cudaIpcCloseMemHandle(old);
       });
     return static_cast<std::byte*>(at);

@@ -77,6 +77,7 @@ class host_port final : public port {
       free_stream(left);
     }
     for (const auto& block : imports_.take_all()) ::munmap(block.at, mapped_bytes(block.bytes));
+    for (const auto& old : retired_) ::munmap(old.at, old.bytes);
     for (const auto& [bytes, at] : freed_) ::munmap(at, bytes);
   }
 
@@ -84,6 +85,7 @@ class host_port final : public port {
 
   stream_handle make_stream() override {
     auto* s = new queue;
+    s->serial = next_stream_serial_.fetch_add(1);
     {
       std::lock_guard lock(mutex_);
       streams_.insert(s);
@@ -151,22 +153,24 @@ class host_port final : public port {
     });
   }
 
+  /// An event outlives its stream, as CUDA's does: once the stream is freed (which runs
+  /// what it holds first), the event is done.
   event record(stream_handle handle) override {
     auto* s = static_cast<queue*>(handle);
     std::lock_guard lock(mutex_);
-    return new mark{s, s->queued};
+    return new mark{s, s->serial, s->queued};
   }
   bool done(event e) override {
     const auto* m = static_cast<const mark*>(e);
     std::lock_guard lock(mutex_);
-    return m->on->finished >= m->count;
+    return reached(*m);
   }
   void free_event(event e) noexcept override { delete static_cast<mark*>(e); }
   void wait(stream_handle s, event e) override {
     const mark m = *static_cast<const mark*>(e);  // the event may be freed before this runs
     enqueue(s, [this, m] {
       std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return m.on->finished >= m.count; });
+      changed_.wait(lock, [&] { return reached(m); });
     });
   }
 
@@ -291,8 +295,16 @@ class host_port final : public port {
     }
     for (const auto& old : imports_.add(handle, at)) {
       device_memory_.erase(old.at);
-      ::munmap(old.at, mapped_bytes(old.bytes));
+      // Unmapped once the work queued so far has run: a failed call's reads of it too.
+      retired_.push_back({old.at, mapped_bytes(old.bytes), {}});
+      for (queue* q : streams_) retired_.back().after.push_back({q, q->serial, q->queued});
     }
+    std::erase_if(retired_, [&](const retired& old) {
+      for (const mark& m : old.after)
+        if (!reached(m)) return false;
+      ::munmap(old.at, old.bytes);
+      return true;
+    });
     device_memory_[at] = {fields.bytes, pid_t(fields.owner), int(fields.fd), fields.id, true, handle.owner, handle.base};
     return at;
   }
@@ -330,13 +342,26 @@ class host_port final : public port {
   struct queue {
     std::deque<std::function<void()>> work;
     std::uint64_t queued = 0, finished = 0;
+    std::uint64_t serial = 0;
     bool stop = false;
     std::thread worker;
   };
   struct mark {
     queue* on;
-    std::uint64_t count;  // done once `on` has finished this many operations
+    std::uint64_t serial;  // on's: another stream may later take its address
+    std::uint64_t count;   // done once `on` has finished this many operations
   };
+  /// A peer's block retired while work that may read it was queued.
+  struct retired {
+    void* at;
+    std::size_t bytes;
+    std::vector<mark> after;  // the streams' work then
+  };
+  /// Whether `m` is done; the caller holds mutex_.
+  bool reached(const mark& m) const {
+    const auto it = streams_.find(m.on);
+    return it == streams_.end() || (*it)->serial != m.serial || m.on->finished >= m.count;
+  }
   /// A block of device memory: this process's, or imported (then `fd` is its owner's).
   struct block {
     std::size_t bytes = 0;
@@ -461,10 +486,12 @@ class host_port final : public port {
   block_map device_memory_;  // allocate_device and imported blocks by start
   import_table imports_;                         // peers' blocks mapped here
   std::multimap<std::size_t, void*> freed_;     // freed blocks' addresses, reserved, by size
+  std::vector<retired> retired_;                // peers' blocks to unmap once their readers ran
   std::atomic<std::size_t> host_copies_{0};
   std::atomic<std::size_t> host_copy_bytes_{0};
   std::atomic<std::size_t> traffic_{0};
-  static inline std::atomic<std::uint64_t> next_block_id_{0};  // process-wide: ids key imports
+  static inline std::atomic<std::uint64_t> next_block_id_{0};
+  std::atomic<std::uint64_t> next_stream_serial_{0};  // process-wide: ids key imports
 };
 
 }  // namespace mimatrix::device

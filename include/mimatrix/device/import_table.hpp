@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -26,20 +27,20 @@
 
 namespace mimatrix::device {
 
-/// This process's shared_memory::owner: random, drawn again in a child after fork (a
-/// child's allocations are not its parent's); pids alone may repeat across containers
-/// on one node.
+/// This process's shared_memory::owner: its pid and 32 random bits, drawn again in a
+/// child after fork (a child's allocations are not its parent's); pids alone may repeat
+/// across containers on one node. Lock-free, so that a fork while another thread draws
+/// leaves no lock held.
 inline std::uint64_t this_process() {
-  static std::mutex guard;
-  static pid_t drawn_in = 0;
-  static std::uint64_t id = 0;
-  std::lock_guard lock(guard);
-  if (drawn_in != ::getpid()) {
+  static std::atomic<std::uint64_t> current{0};
+  const auto self = std::uint64_t(std::uint32_t(::getpid()));
+  std::uint64_t seen = current.load(std::memory_order_acquire);
+  while (seen == 0 || (seen & 0xffff'ffffu) != self) {
     std::random_device random;
-    id = (std::uint64_t(random()) << 32 | random()) ^ std::uint64_t(::getpid());
-    drawn_in = ::getpid();
-  }
-  return id;
+    const std::uint64_t mine = std::uint64_t(random() | 1u) << 32 | self;
+    if (current.compare_exchange_strong(seen, mine, std::memory_order_acq_rel)) return mine;
+  }  // else another thread drew first: `seen` is its draw now
+  return seen;
 }
 
 /// Not thread-safe: its port guards it.

@@ -1,6 +1,7 @@
 // detail::stream_scratch: a block is lent again only once the work queued on the stream
-// it was released after has run; the smallest free block that fits serves; the blocks
-// go, after their work, with the object.
+// it was released after has run, and never once its call failed; the smallest free block
+// that fits serves; the blocks go, after their work, with the object (whose streams may
+// have gone first).
 #include "mimatrix/detail/stream_scratch.hpp"
 
 #include <gtest/gtest.h>
@@ -54,6 +55,24 @@ TEST(stream_scratch, a_taken_block_is_not_lent_twice_and_the_smallest_that_fits_
   const std::size_t grown = scratch.take(dev, 1 << 20);
   EXPECT_EQ(scratch.blocks(), 3u);
   for (std::size_t i : {small, large, grown}) scratch.release_after(i, s);
+  dev.free_stream(s);
+}
+
+TEST(stream_scratch, a_block_whose_call_failed_is_never_lent_again) {
+  device::host_port dev;
+  const device::stream_handle s = dev.make_stream();
+  stream_scratch scratch;
+  const std::size_t failed = scratch.take(dev, 256);
+  const auto spoiled = scratch.spoiled(failed);  // as the call's request holds it
+  scratch.release_after(failed, s);
+  *spoiled = true;  // the request saw a part fail
+  dev.synchronize(s);
+  const std::size_t next = scratch.take(dev, 256);
+  EXPECT_NE(next, failed);
+  scratch.release_after(next, s);
+  dev.synchronize(s);
+  EXPECT_EQ(scratch.take(dev, 256), next);
+  scratch.release_after(next, s);
   dev.free_stream(s);
 }
 

@@ -166,6 +166,22 @@ TEST(host_port, threads_that_import_one_block_at_once_get_one_address) {
   dev.free_device(block, 64);
 }
 
+// As CUDA's: work that holds an event (a pool's block in use) may keep it after the
+// stream goes; a new stream at the freed one's address does not make it pending again.
+TEST(host_port, an_event_outlives_its_stream_and_is_done_once_the_stream_is_freed) {
+  host_port dev({.lag = 2ms});
+  stream_handle s = dev.make_stream();
+  dev.enqueue(s, [] {});
+  event e = dev.record(s);
+  dev.free_stream(s);  // runs what it holds first
+  EXPECT_TRUE(dev.done(e));
+  stream_handle next = dev.make_stream();
+  for (int i = 0; i < 3; ++i) dev.enqueue(next, [] {});
+  EXPECT_TRUE(dev.done(e));
+  dev.free_event(e);
+  dev.free_stream(next);
+}
+
 // As CUDA's allocator does: so that a peer that still has a freed block open sees a new
 // block of its owner at the same address.
 TEST(host_port, a_freed_blocks_address_goes_to_the_next_block_of_its_size) {
