@@ -71,6 +71,13 @@ struct fabric_options {
   /// leaves it open. 0: by provider (chunk_for_provider). MIMATRIX_CHUNK_BYTES, else 0.
   /// Set alike on every rank.
   std::optional<std::size_t> chunk_bytes{};
+  /// A provider call that has not returned by its collective's deadline and half a second
+  /// (at least 2 s) never will: libfabric 1.17's shm spins for ever on a lock that a peer
+  /// killed or stopped inside the provider kept. No call can be left and no thread unwound,
+  /// so the process ends with exit code 75 and an error naming the peer (as PyTorch ends a
+  /// process whose NCCL call hangs). false: the error is printed and the call waits on.
+  /// MIMATRIX_STUCK_PROVIDER=exit|wait, else exit.
+  std::optional<bool> exit_when_stuck{};
   /// The group's name, alike on each of its ranks. With how many endpoints of that name
   /// this process opened before, it keys the group's entries in the store: a process may
   /// belong to several groups, each opened in the same order by its members. split()

@@ -33,6 +33,7 @@
 #include "mimatrix/transport/fabric/call.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
+#include "mimatrix/transport/fabric/provider_watch.hpp"
 #include "mimatrix/transport/fabric/registration_cache.hpp"
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
@@ -53,6 +54,7 @@ struct settings {
   int bulk = -1;     // chunks between local ranks through shared memory: 1, 0, -1 for shm only
   std::size_t bulk_slots = 4;  // a bulk ring's slots, each of chunk_bytes
   std::size_t chunk_bytes = 0;  // 0: by provider (endpoint::chunk_for_provider)
+  bool exit_when_stuck = true;  // a provider call that never returns ends the process
   std::string group = "world";  // keys the store entries with the count of its endpoints opened here
 };
 
@@ -304,6 +306,17 @@ class endpoint {
   /// Reads the completion queue once and dispatches what it found; true if anything did.
   bool progress();
 
+  /// Runs one provider call, named `what`, under the watchdog (provider_watch.hpp).
+  template <class F>
+  decltype(auto) watched(const char* what, F&& f) {
+    if (!watch_) return std::forward<F>(f)();
+    return watch_->call(what, std::forward<F>(f));
+  }
+  /// A call with this deadline starts: its provider calls may take as long, and a grace.
+  void allow(std::chrono::milliseconds deadline) {
+    if (watch_) watch_->allow_call(deadline);
+  }
+
   // ---- failures and liveness (the larger members: endpoint_control.hpp) ----------
 
   /// The failure another rank (or this one) announced for call `sequence`, if any.
@@ -361,6 +374,9 @@ class endpoint {
   static constexpr std::chrono::milliseconds control_patience{2000};
   // After a failure the goodbye waits no longer: a rank that does not come is gone or frozen.
   static constexpr std::chrono::milliseconds goodbye_after_failure{500};
+  /// Tells, from the watchdog's thread, which peer keeps a provider call from returning;
+  /// then ends the process unless settings say wait.
+  void on_stuck(const char* call, std::chrono::milliseconds inside) const noexcept;
 
   // ---- set-up (endpoint_setup.hpp) -----------------------------------------------
 
@@ -389,8 +405,10 @@ class endpoint {
 
   ssize_t post_control(posted_op* r, int peer, std::size_t len) {
     if (!ep_) return -FI_ENOTCONN;  // disable()d: the message is dropped
-    return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
-                    &r->ctx);
+    return watched("fi_tsend", [&] {
+      return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
+                      &r->ctx);
+    });
   }
 
   /// Retries the control messages the provider pushed back; true if any went out.
@@ -468,6 +486,7 @@ class endpoint {
   std::vector<std::pair<int, bootstrap::detail::process_mark>> local_processes_;  // peers on this host
   std::uint64_t nonce_ = 0;
   progress_engine engine_{std::make_unique<port>()};
+  std::unique_ptr<provider_watch> watch_;  // last: it watches the destructor's provider calls too
 };
 
 }  // namespace mimatrix::transport::detail::fabric

@@ -1,5 +1,5 @@
-// The endpoint's control plane: aborts and their relay, liveness probes (ping, pong), and
-// the backlog of control messages the provider pushed back.
+// The endpoint's control plane: aborts and their relay, liveness probes (ping, pong), the
+// backlog of control messages the provider pushed back, and what a stuck provider call does.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -71,8 +71,11 @@ inline void endpoint::post_control_receive(posted_op* r) {
   r->what = posted_op::purpose::control_recv;
   r->payload.resize(wire::control_message::capacity);
   ssize_t ret;
-  while ((ret = fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC,
-                         wire::control_bit, wire::control_ignore, &r->ctx)) == -FI_EAGAIN)
+  const auto post = [&] {
+    return fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC, wire::control_bit,
+                    wire::control_ignore, &r->ctx);
+  };
+  while ((ret = watched("fi_trecv", post)) == -FI_EAGAIN)
     progress();
   check_fabric_call(ret, "fi_trecv(control)", provider_, {rank_});
 }
@@ -139,6 +142,10 @@ inline void endpoint::on_control(const wire::control_message& m) {
         pongs_[std::size_t(m.source)] = std::max(pongs_[std::size_t(m.source)], m.value);
       break;
   }
+}
+
+inline void endpoint::on_stuck(const char* call, std::chrono::milliseconds inside) const noexcept {
+  report_stuck(rank_, provider_, call, inside, local_processes_, settings_.exit_when_stuck);
 }
 
 }  // namespace mimatrix::transport::detail::fabric

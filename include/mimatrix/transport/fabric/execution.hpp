@@ -74,6 +74,7 @@ class execution final : public step_executor, private call {
       }
     } unmade{*this, resources};
     mem_ = {input, output, nullptr};
+    ep_->allow(timeout);
     share_fate(ep_->fate());
     shared_ = caller && shares_device_memory(*caller->device);
     if (caller && !shared_ && writes_peers_directly(*ep_, this->plan(), *caller->device)) direct_.emplace(this->plan());

@@ -35,6 +35,7 @@ MIMATRIX_DECL fabric::fabric(const bootstrap::identity& id, std::shared_ptr<boot
                                .mailbox = *options.mailbox,
                                .bulk = *options.bulk,
                                .chunk_bytes = *options.chunk_bytes,
+                               .exit_when_stuck = *options.exit_when_stuck,
                                .group = options.group});
   options_ = std::move(options);
 }
@@ -198,6 +199,11 @@ MIMATRIX_DECL fabric_options fabric::resolve(fabric_options o, const bootstrap::
   bytes(o.window_bytes, "MIMATRIX_WINDOW_BYTES", 0, "a number of bytes (0: no RMA window)", std::size_t(128) << 20);
   switch_of(o.mailbox, "MIMATRIX_MAILBOX");
   switch_of(o.bulk, "MIMATRIX_BULK");
+  if (!o.exit_when_stuck) {
+    const std::string stuck = env("MIMATRIX_STUCK_PROVIDER");
+    if (!stuck.empty() && stuck != "exit" && stuck != "wait") throw bad("MIMATRIX_STUCK_PROVIDER", "'exit' or 'wait'", stuck);
+    o.exit_when_stuck = stuck != "wait";
+  }
   if (!o.register_always) {
     const std::string reg = env("MIMATRIX_FABRIC_REGISTER");
     if (!reg.empty() && reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
