@@ -31,6 +31,7 @@
 #include "mimatrix/core/operation.hpp"
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/bindings.hpp"
+#include "mimatrix/detail/buffer_overlap.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
 #include "mimatrix/detail/stream_scratch.hpp"
 #include "mimatrix/device/port.hpp"
@@ -161,7 +162,7 @@ class across_hosts {
     const std::size_t share = count / ranks, shared = share * ranks, bytes = size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    refuse_overlap("allreduce", in, count * bytes, out, count * bytes, in == out);
+    refuse_overlap(schedule::collective::allreduce, count, type, in, out);
     // avg sums at both stages and divides once by all the ranks, as the flat call does
     // (averaging at each stage would round twice, and an integer's mean would drift).
     const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
@@ -197,8 +198,7 @@ class across_hosts {
                     const call_options& given) {
     if (root < 0 || root >= size_ || !count) return whole.broadcast(input, output, count, type, root, given);
     const call_options options = parts_options(given);
-    const std::size_t bytes = count * size_of(type);
-    if (rank_ == root) refuse_overlap("broadcast", input, bytes, output, bytes, input == output);
+    if (rank_ == root) refuse_overlap(schedule::collective::broadcast, count, type, input, output);
     const std::int32_t root_host = where_[2 * std::size_t(root)], root_local = where_[2 * std::size_t(root) + 1];
     const bool carries = local_->rank() == root_local;  // this host's rank that the network reaches
     local_->transport().share_fate(hosts_->transport());
@@ -229,7 +229,7 @@ class across_hosts {
     const std::size_t bytes = count * size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    refuse_overlap("reduce_scatter", in, bytes * std::size_t(size_), out, bytes, out == in + std::size_t(rank_) * bytes);
+    refuse_overlap(schedule::collective::reduce_scatter, count, type, in, out);
     const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
     const device::stream& s = *options.stream;
     local_->transport().share_fate(hosts_->transport());
@@ -278,7 +278,7 @@ class across_hosts {
     const std::size_t bytes = count * size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    refuse_overlap("allgather", in, bytes, out, bytes * std::size_t(size_), in == out + std::size_t(rank_) * bytes);
+    refuse_overlap(schedule::collective::allgather, count, type, in, out);
     local_->transport().share_fate(hosts_->transport());
     std::vector<request> parts;
     std::vector<std::string> names;
@@ -319,15 +319,12 @@ class across_hosts {
 
   /// Buffers that overlap without being in place are refused before any part starts, so
   /// that every rank with such buffers refuses the call whole.
-  void refuse_overlap(const char* what, const void* input, std::size_t in_bytes, const void* output,
-                      std::size_t out_bytes, bool in_place) const {
-    const auto* in = static_cast<const std::byte*>(input);
-    const auto* out = static_cast<const std::byte*>(output);
-    if (in_place || !in_bytes || !(in < out + out_bytes && out < in + in_bytes)) return;
-    throw error(errc::invalid_argument, "rank " + std::to_string(rank_) + ": " + what + ": the input [" +
-                                            device::describe_address(in) + ", +" + std::to_string(in_bytes) +
-                                            " bytes) overlaps the output [" + device::describe_address(out) + ", +" +
-                                            std::to_string(out_bytes) + " bytes) without being in place");
+  void refuse_overlap(schedule::collective kind, std::size_t count, dtype type, const void* input,
+                      const void* output) const {
+    const schedule::descriptor d{.kind = kind, .size = size_, .count = count, .elem_size = size_of(type)};
+    if (const auto why = overlap_problem(d, rank_, input, output))
+      throw error(errc::invalid_argument,
+                  "rank " + std::to_string(rank_) + ": " + std::string(schedule::to_string(kind)) + ": " + *why);
   }
 
   static collectives_core calls_on(communicator<Transport>& c) {

@@ -31,6 +31,7 @@
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/log.hpp"
+#include "mimatrix/device/closing_thread.hpp"
 #include "mimatrix/device/import_table.hpp"
 #include "mimatrix/device/peer_access.hpp"
 #include "mimatrix/device/port.hpp"

@@ -33,11 +33,16 @@ using namespace std::chrono_literals;
 // What the watch told, from its thread.
 struct told {
   std::mutex mutex;
-  std::vector<std::pair<std::string, std::chrono::milliseconds>> calls;
+  struct call {
+    std::string name;
+    int peer;
+    std::chrono::milliseconds inside;
+  };
+  std::vector<call> calls;
   provider_watch::on_stuck act() {
-    return [this](const char* call, std::chrono::milliseconds inside) {
+    return [this](const char* name, int peer, std::chrono::milliseconds inside) {
       std::lock_guard lock(mutex);
-      calls.emplace_back(call, inside);
+      calls.push_back({name, peer, inside});
     };
   }
   std::size_t count() {
@@ -50,7 +55,7 @@ TEST(provider_watch, a_call_inside_past_its_limit_is_told_once_with_its_name) {
   told t;
   provider_watch watch(5ms, 60ms, t.act());
   const auto start = std::chrono::steady_clock::now();
-  const int r = watch.call("fi_cq_read", [&] {
+  const int r = watch.call("fi_tsenddata", 3, [&] {
     while (t.count() == 0 && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(1ms);
     std::this_thread::sleep_for(100ms);  // more ticks past the limit: still told once
     return 7;
@@ -58,15 +63,16 @@ TEST(provider_watch, a_call_inside_past_its_limit_is_told_once_with_its_name) {
   EXPECT_EQ(r, 7);  // the call's result passes through
   EXPECT_FALSE(watch.inside());
   ASSERT_EQ(t.count(), 1u);
-  EXPECT_EQ(t.calls[0].first, "fi_cq_read");
-  EXPECT_GT(t.calls[0].second, 60ms);
+  EXPECT_EQ(t.calls[0].name, "fi_tsenddata");
+  EXPECT_EQ(t.calls[0].peer, 3);
+  EXPECT_GT(t.calls[0].inside, 60ms);
 }
 
 TEST(provider_watch, calls_that_return_in_time_are_never_told) {
   told t;
   provider_watch watch(2ms, 40ms, t.act());
   for (int k = 0; k < 30; ++k) {
-    watch.call("fi_tsenddata", [] { std::this_thread::sleep_for(10ms); });
+    watch.call("fi_tsenddata", 1, [] { std::this_thread::sleep_for(10ms); });
     EXPECT_FALSE(watch.inside());
   }
   std::this_thread::sleep_for(60ms);  // nothing inside: nothing to tell
@@ -79,24 +85,24 @@ TEST(provider_watch, a_second_stuck_call_is_told_again) {
   for (const char* name : {"fi_writedata", "fi_trecv"}) {
     const auto start = std::chrono::steady_clock::now();
     const std::size_t before = t.count();
-    watch.call(name, [&] {
+    watch.call(name, -1, [&] {
       while (t.count() == before && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(1ms);
     });
   }
   ASSERT_EQ(t.count(), 2u);
-  EXPECT_EQ(t.calls[0].first, "fi_writedata");
-  EXPECT_EQ(t.calls[1].first, "fi_trecv");
+  EXPECT_EQ(t.calls[0].name, "fi_writedata");
+  EXPECT_EQ(t.calls[1].name, "fi_trecv");
 }
 
 TEST(provider_watch, the_limit_follows_the_latest_calls_deadline_above_the_floor) {
   told t;
   provider_watch watch(5ms, 20ms, t.act());
   watch.allow_call(provider_watch::floor + 1s);  // a 3 s deadline: 3.5 s for one provider call
-  watch.call("fi_cq_read", [] { std::this_thread::sleep_for(150ms); });
+  watch.call("fi_cq_read", -1, [] { std::this_thread::sleep_for(150ms); });
   EXPECT_EQ(t.count(), 0u);
   watch.allow(20ms);  // and back
   const auto start = std::chrono::steady_clock::now();
-  watch.call("fi_cq_read", [&] {
+  watch.call("fi_cq_read", -1, [&] {
     while (t.count() == 0 && std::chrono::steady_clock::now() - start < 10s) std::this_thread::sleep_for(1ms);
   });
   EXPECT_EQ(t.count(), 1u);
@@ -117,8 +123,8 @@ TEST(provider_watch, a_process_stopped_and_resumed_does_not_find_its_call_late) 
   if (pid == 0) {
     std::atomic<bool> was_told{false};
     {
-      provider_watch watch(10ms, 500ms, [&](const char*, std::chrono::milliseconds) { was_told = true; });
-      watch.call("fi_tsenddata", [&] {
+      provider_watch watch(10ms, 500ms, [&](const char*, int, std::chrono::milliseconds) { was_told = true; });
+      watch.call("fi_tsenddata", 0, [&] {
         std::this_thread::sleep_for(50ms);  // the watch has seen the call before the stop
         (void)!::write(inside[1], "i", 1);
         char c;
@@ -181,13 +187,14 @@ TEST(provider_watch, the_report_names_the_stopped_peers_else_the_ended_ones) {
     ::waitpid(pid, &status, 0);
   }
 
-  const std::string exits = stuck_report(4, "shm", "fi_tsenddata", 4600ms, "rank 2 (pid 9) is stopped", true);
-  EXPECT_NE(exits.find("rank 4: the shm provider has not returned from fi_tsenddata for 4600 ms; on this host rank "
+  const std::string exits = stuck_report(4, "shm", "fi_tsenddata", 2, 4600ms, "rank 2 (pid 9) is stopped", true);
+  EXPECT_NE(exits.find("rank 4: the shm provider has not returned from fi_tsenddata (peer rank 2) for 4600 ms; on this "
+                       "host rank "
                        "2 (pid 9) is stopped: a peer stopped or killed inside the provider keeps a lock"),
             std::string::npos)
       << exits;
   EXPECT_NE(exits.find("exit code 75"), std::string::npos) << exits;
-  const std::string waits = stuck_report(0, "shm", "fi_cq_read", 2100ms, "", false);
+  const std::string waits = stuck_report(0, "shm", "fi_cq_read", -1, 2100ms, "", false);
   EXPECT_NE(waits.find("no peer on this host is stopped or gone"), std::string::npos) << waits;
   EXPECT_NE(waits.find("waiting on"), std::string::npos) << waits;
 }
@@ -201,10 +208,10 @@ TEST(provider_watch, a_stuck_call_ends_the_process_with_the_documented_code_and_
   // Through a real watch, as the endpoint wires it: the call never returns.
   EXPECT_EXIT(
       {
-        provider_watch watch(5ms, 50ms, [&](const char* call, std::chrono::milliseconds inside) {
-          report_stuck(0, "shm", call, inside, peers, true);
+        provider_watch watch(5ms, 50ms, [&](const char* call, int peer, std::chrono::milliseconds inside) {
+          report_stuck(0, "shm", call, peer, inside, peers, true);
         });
-        watch.call("fi_cq_read", [] {
+        watch.call("fi_cq_read", -1, [] {
           for (;;) std::this_thread::sleep_for(1s);
         });
       },
@@ -216,7 +223,7 @@ TEST(provider_watch, a_stuck_call_ends_the_process_with_the_documented_code_and_
 
 TEST(provider_watch, told_to_wait_it_reports_and_the_call_goes_on) {
   testing::internal::CaptureStderr();
-  report_stuck(2, "tcp", "fi_cq_read", 2500ms, {}, false);
+  report_stuck(2, "tcp", "fi_cq_read", -1, 2500ms, {}, false);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("rank 2: the tcp provider has not returned from fi_cq_read for 2500 ms"), std::string::npos) << err;
 }

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "mimatrix/core/log.hpp"
+#include "mimatrix/detail/buffer_overlap.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
@@ -125,19 +125,8 @@ MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule
            " are needed (input " + std::to_string(in_count) + " elements, group of " + std::to_string(p) + ")";
   if (reads_input && in_count && !in) return std::string("the input is a null pointer");
   if (out_count && !out) return std::string("the output is a null pointer");
-  if (!reads_input || !in_count || !out_count) return std::nullopt;
-  const auto* in_begin = static_cast<const std::byte*>(in);
-  const auto* out_begin = static_cast<const std::byte*>(out);
-  if (in_begin - d.in_place_input_offset(r) == out_begin - d.in_place_output_offset(r)) return std::nullopt;
-  if (in_begin < out_begin + d.output_bytes() && out_begin < in_begin + d.input_bytes()) {
-    std::ostringstream s;
-    s << "the input [" << static_cast<const void*>(in_begin) << ", +" << d.input_bytes()
-      << " bytes) overlaps the output [" << static_cast<const void*>(out_begin) << ", +" << d.output_bytes()
-      << " bytes) without being in place (in place, the input starts " << d.in_place_input_offset(r)
-      << " bytes into the output, or the output " << d.in_place_output_offset(r) << " bytes into the input)";
-    return s.str();
-  }
-  return std::nullopt;
+  if (!reads_input) return std::nullopt;
+  return overlap_problem(d, r, in, out);
 }
 
 MIMATRIX_DECL std::shared_ptr<const schedule::schedule> engine_core::impl::pick(const plan_set& p,

@@ -306,11 +306,12 @@ class endpoint {
   /// Reads the completion queue once and dispatches what it found; true if anything did.
   bool progress();
 
-  /// Runs one provider call, named `what`, under the watchdog (provider_watch.hpp).
+  /// Runs one provider call, named `what`, to or from `peer` (-1: none), under the
+  /// watchdog (provider_watch.hpp).
   template <class F>
-  decltype(auto) watched(const char* what, F&& f) {
+  decltype(auto) watched(const char* what, int peer, F&& f) {
     if (!watch_) return std::forward<F>(f)();
-    return watch_->call(what, std::forward<F>(f));
+    return watch_->call(what, peer, std::forward<F>(f));
   }
   /// A call with this deadline starts: its provider calls may take as long, and a grace.
   void allow(std::chrono::milliseconds deadline) {
@@ -376,7 +377,7 @@ class endpoint {
   static constexpr std::chrono::milliseconds goodbye_after_failure{500};
   /// Tells, from the watchdog's thread, which peer keeps a provider call from returning;
   /// then ends the process unless settings say wait.
-  void on_stuck(const char* call, std::chrono::milliseconds inside) const noexcept;
+  void on_stuck(const char* call, int peer, std::chrono::milliseconds inside) const noexcept;
 
   // ---- set-up (endpoint_setup.hpp) -----------------------------------------------
 
@@ -405,7 +406,7 @@ class endpoint {
 
   ssize_t post_control(posted_op* r, int peer, std::size_t len) {
     if (!ep_) return -FI_ENOTCONN;  // disable()d: the message is dropped
-    return watched("fi_tsend", [&] {
+    return watched("fi_tsend", peer, [&] {
       return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
                       &r->ctx);
     });

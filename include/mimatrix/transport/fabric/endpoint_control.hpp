@@ -75,7 +75,7 @@ inline void endpoint::post_control_receive(posted_op* r) {
     return fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC, wire::control_bit,
                     wire::control_ignore, &r->ctx);
   };
-  while ((ret = watched("fi_trecv", post)) == -FI_EAGAIN)
+  while ((ret = watched("fi_trecv", -1, post)) == -FI_EAGAIN)
     progress();
   check_fabric_call(ret, "fi_trecv(control)", provider_, {rank_});
 }
@@ -144,8 +144,8 @@ inline void endpoint::on_control(const wire::control_message& m) {
   }
 }
 
-inline void endpoint::on_stuck(const char* call, std::chrono::milliseconds inside) const noexcept {
-  report_stuck(rank_, provider_, call, inside, local_processes_, settings_.exit_when_stuck);
+inline void endpoint::on_stuck(const char* call, int peer, std::chrono::milliseconds inside) const noexcept {
+  report_stuck(rank_, provider_, call, peer, inside, local_processes_, settings_.exit_when_stuck);
 }
 
 }  // namespace mimatrix::transport::detail::fabric

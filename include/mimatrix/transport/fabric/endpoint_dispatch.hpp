@@ -19,7 +19,7 @@ inline bool endpoint::progress() {
   if (disabled_) return false;  // reading the queue would progress the transfers disable() stopped
   if (!backlog_.empty() && retry_controls()) return true;
   fi_cq_tagged_entry entries[16];
-  const ssize_t n = watched("fi_cq_read", [&] { return fi_cq_read(cq_, entries, 16); });
+  const ssize_t n = watched("fi_cq_read", -1, [&] { return fi_cq_read(cq_, entries, 16); });
   if (n > 0) {
     for (ssize_t k = 0; k < n; ++k) dispatch(entries[k]);
     return true;
@@ -27,7 +27,7 @@ inline bool endpoint::progress() {
   if (n == -FI_EAGAIN) return false;
   if (n == -FI_EAVAIL) {
     fi_cq_err_entry err{};
-    if (watched("fi_cq_readerr", [&] { return fi_cq_readerr(cq_, &err, 0); }) < 0) return false;
+    if (watched("fi_cq_readerr", -1, [&] { return fi_cq_readerr(cq_, &err, 0); }) < 0) return false;
     dispatch_error(err);
     return true;
   }

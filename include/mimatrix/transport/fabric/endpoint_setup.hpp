@@ -47,8 +47,8 @@ inline endpoint::endpoint(const bootstrap::identity& id, std::shared_ptr<bootstr
     exchange_addresses();
     // From here provider calls may wait on peers; on_stuck reads local_processes_, now set.
     watch_ = std::make_unique<provider_watch>(std::chrono::milliseconds(100), settings_.startup_timeout,
-                                              [this](const char* call, std::chrono::milliseconds inside) {
-                                                on_stuck(call, inside);
+                                              [this](const char* call, int peer, std::chrono::milliseconds inside) {
+                                                on_stuck(call, peer, inside);
                                               });
     exchange_windows();
     chunk_bytes_ = settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_);

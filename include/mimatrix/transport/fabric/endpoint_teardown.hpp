@@ -51,7 +51,7 @@ inline void endpoint::close() noexcept {
     mailboxes_.reset();
     return;
   }
-  if (ep_) watched("fi_close(endpoint)", [&] { return fi_close(&ep_->fid); });
+  if (ep_) watched("fi_close(endpoint)", -1, [&] { return fi_close(&ep_->fid); });
   mr_.reset();
   window_.reset();
   mailboxes_.reset();

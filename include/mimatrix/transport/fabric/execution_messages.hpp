@@ -32,7 +32,7 @@ inline void execution::on_failure(errc code, bool tell_others) {
   });
   for (auto& s : state_) {
     if (!s.request) continue;
-    if (ep_->ep()) ep_->watched("fi_cancel", [&] { return fi_cancel(&ep_->ep()->fid, &s.request->ctx); });
+    if (ep_->ep()) ep_->watched("fi_cancel", -1, [&] { return fi_cancel(&ep_->ep()->fid, &s.request->ctx); });
     ep_->orphan(s.request);
     s.request = nullptr;
     --in_flight_;
@@ -81,13 +81,13 @@ inline execution::posted execution::post(schedule::step_id id) {
   const std::uint64_t tag = wire::data_tag(st.kind == kind::send ? plan().rank : st.peer, sig().sequence, st.tag);
   if (st.kind == kind::send) {
     const std::byte* data = mem_.read(st.src);
-    return posted_as(id, r, "fi_tsenddata", ep_->watched("fi_tsenddata", [&] {
+    return posted_as(id, r, "fi_tsenddata", ep_->watched("fi_tsenddata", st.peer, [&] {
       return fi_tsenddata(ep_->ep(), data, st.src.bytes, descriptor(data, st.src.bytes), packed_,
                           ep_->address(st.peer), tag, &r->ctx);
     }));
   }
   std::byte* data = staged_here ? staged(id) : mem_.write(st.dst);
-  const posted p = posted_as(id, r, "fi_trecv", ep_->watched("fi_trecv", [&] {
+  const posted p = posted_as(id, r, "fi_trecv", ep_->watched("fi_trecv", st.peer, [&] {
     return fi_trecv(ep_->ep(), data, st.dst.bytes, descriptor(data, st.dst.bytes), ep_->address(st.peer), tag, 0,
                     &r->ctx);
   }));
@@ -112,7 +112,7 @@ inline execution::posted execution::posted_as(schedule::step_id id, posted_op* r
 
 inline execution::posted execution::inject(schedule::step_id id) {
   const schedule::step& st = step_at(id);
-  const ssize_t ret = ep_->watched("fi_tinjectdata", [&] {
+  const ssize_t ret = ep_->watched("fi_tinjectdata", st.peer, [&] {
     return fi_tinjectdata(ep_->ep(), mem_.read(st.src), st.src.bytes, packed_, ep_->address(st.peer),
                           wire::data_tag(plan().rank, sig().sequence, st.tag));
   });

@@ -38,7 +38,7 @@ inline execution::posted execution::post_write(schedule::step_id id) {
   const std::byte* src = bytes ? mem_.read(st.src) : nullptr;
   posted_op* r = ep_->acquire(this, id);
   const window_announcement& target = ep_->peer_window(st.peer);
-  const ssize_t ret = ep_->watched("fi_writedata", [&] {
+  const ssize_t ret = ep_->watched("fi_writedata", st.peer, [&] {
     return fi_writedata(ep_->ep(), src, bytes, bytes ? ep_->registrations().descriptor(src, bytes) : nullptr,
                         wire::flag_data(plan().rank, sig().sequence, st.tag, digest_), ep_->address(st.peer),
                         rma_window::remote_address(target, half_, offset), target.key, &r->ctx);

@@ -32,8 +32,9 @@ namespace mimatrix::transport::detail::fabric {
 /// lock keeps provider calls to one thread).
 class provider_watch {
  public:
-  /// Told, from the watch's thread, which call has been inside how long; once a call.
-  using on_stuck = std::function<void(const char* call, std::chrono::milliseconds inside)>;
+  /// Told, from the watch's thread, which call (to or from which peer; -1: none) has been
+  /// inside how long; once a call.
+  using on_stuck = std::function<void(const char* call, int peer, std::chrono::milliseconds inside)>;
 
   /// `tick`: how often the watch looks. `limit`: how long a call may take until allow().
   provider_watch(std::chrono::milliseconds tick, std::chrono::milliseconds limit, on_stuck act)
@@ -51,10 +52,11 @@ class provider_watch {
     thread_.join();
   }
 
-  /// Runs `f` (one provider call, named `what`) under the watch.
+  /// Runs `f` (one provider call, named `what`, to or from `peer`; -1: none) under the watch.
   template <class F>
-  decltype(auto) call(const char* what, F&& f) {
+  decltype(auto) call(const char* what, int peer, F&& f) {
     what_.store(what, std::memory_order_relaxed);
+    peer_.store(peer, std::memory_order_relaxed);
     calls_.fetch_add(1, std::memory_order_release);  // odd: inside
     struct leave {
       std::atomic<std::uint64_t>& calls;
@@ -98,7 +100,7 @@ class provider_watch {
       if (told || inside.count() <= limit_ms_.load(std::memory_order_relaxed)) continue;
       told = true;
       lock.unlock();
-      act_(what_.load(std::memory_order_relaxed), inside);
+      act_(what_.load(std::memory_order_relaxed), peer_.load(std::memory_order_relaxed), inside);
       lock.lock();
     }
   }
@@ -108,6 +110,7 @@ class provider_watch {
   on_stuck act_;
   std::atomic<std::uint64_t> calls_{0};  // calls entered plus calls returned
   std::atomic<const char*> what_{""};
+  std::atomic<int> peer_{-1};
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
@@ -131,10 +134,11 @@ inline std::string lock_holders(const std::vector<std::pair<int, bootstrap::deta
 }
 
 /// The error a stuck provider call prints.
-inline std::string stuck_report(int rank, const std::string& provider, const char* call,
+inline std::string stuck_report(int rank, const std::string& provider, const char* call, int peer,
                                 std::chrono::milliseconds inside, const std::string& holders, bool exits) {
   return "mimatrix ERROR rank " + std::to_string(rank) + ": the " + provider + " provider has not returned from " +
-         call + " for " + std::to_string(inside.count()) + " ms; " +
+         call + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : std::string()) + " for " +
+         std::to_string(inside.count()) + " ms; " +
          (holders.empty() ? "no peer on this host is stopped or gone (a remote peer or the provider itself holds it)"
                           : "on this host " + holders +
                                 ": a peer stopped or killed inside the provider keeps a lock that this rank waits on") +
@@ -145,11 +149,12 @@ inline std::string stuck_report(int rank, const std::string& provider, const cha
 
 /// Prints the error on standard error and, when `exits`, ends the process with
 /// provider_watch::exit_code: nothing else ends a provider call that never returns.
-inline void report_stuck(int rank, const std::string& provider, const char* call, std::chrono::milliseconds inside,
+inline void report_stuck(int rank, const std::string& provider, const char* call, int peer,
+                         std::chrono::milliseconds inside,
                          const std::vector<std::pair<int, bootstrap::detail::process_mark>>& peers,
                          bool exits) noexcept {
   try {
-    const std::string line = stuck_report(rank, provider, call, inside, lock_holders(peers), exits);
+    const std::string line = stuck_report(rank, provider, call, peer, inside, lock_holders(peers), exits);
     (void)!::write(STDERR_FILENO, line.data(), line.size());  // unbuffered: out before anything else can block
   } catch (...) {
     // Out of memory composing the line: end as promised, unexplained.
