@@ -186,10 +186,7 @@ class across_hosts {
       parts.push_back(whole.allreduce(in + shared * bytes, out + shared * bytes, count - shared, type, op, options));
       names.push_back("its allreduce of the elements past the last whole share");
     }
-    return request(std::make_unique<all_of>(
-        std::move(parts), std::move(names),
-        "rank " + std::to_string(rank_) + ": an allreduce of " + std::to_string(count) + " elements across " +
-            std::to_string(hosts_->size()) + " hosts"));
+    return as_one(std::move(parts), std::move(names), "an allreduce of " + std::to_string(count) + " elements");
   }
 
   /// As collectives_core::broadcast: across the hosts among the ranks of the root's local
@@ -210,10 +207,8 @@ class across_hosts {
     }
     parts.push_back(local_calls_.broadcast(carries ? output : nullptr, output, count, type, root_local, options));
     names.emplace_back("its broadcast within the host");
-    return request(std::make_unique<all_of>(std::move(parts), std::move(names),
-                                            "rank " + std::to_string(rank_) + ": a broadcast of " +
-                                                std::to_string(count) + " elements from rank " + std::to_string(root) +
-                                                " across " + std::to_string(hosts_->size()) + " hosts"));
+    return as_one(std::move(parts), std::move(names),
+                  "a broadcast of " + std::to_string(count) + " elements from rank " + std::to_string(root));
   }
 
   /// As collectives_core::reduce_scatter, where gathers(): for each host k in turn, the
@@ -255,11 +250,8 @@ class across_hosts {
       throw;
     }
     scratch_.release_after(slot, s.handle);
-    return request(std::make_unique<all_of>(
-        std::move(parts), std::move(names),
-        "rank " + std::to_string(rank_) + ": a reduce-scatter of " + std::to_string(count) + " elements across " +
-            std::to_string(hosts) + " hosts",
-        [spoiled = scratch_.spoiled(slot)] { *spoiled = true; }));
+    return as_one(std::move(parts), std::move(names), "a reduce-scatter of " + std::to_string(count) + " elements",
+                  [spoiled = scratch_.spoiled(slot)] { *spoiled = true; });
   }
 
   /// Whether allgather() and reduce_scatter() compose: ranks are numbered host by host (rank = host · L +
@@ -290,10 +282,7 @@ class across_hosts {
       names.push_back("its broadcast across the hosts of host " + std::to_string(k) + "'s parts");
       names.push_back("its allgather within the host of host " + std::to_string(k) + "'s parts");
     }
-    return request(std::make_unique<all_of>(std::move(parts), std::move(names),
-                                            "rank " + std::to_string(rank_) + ": an allgather of " +
-                                                std::to_string(count) + " elements across " +
-                                                std::to_string(hosts) + " hosts"));
+    return as_one(std::move(parts), std::move(names), "an allgather of " + std::to_string(count) + " elements");
   }
 
  private:
@@ -315,6 +304,16 @@ class across_hosts {
     call_options options = given;
     if (!options.timeout) options.timeout = whole_.settings().timeout;
     return options;
+  }
+
+  /// One request for a composed call's parts; its errors say "rank R: `what` across H
+  /// hosts" and then which part failed.
+  request as_one(std::vector<request> parts, std::vector<std::string> names, const std::string& what,
+                 std::function<void()> on_failure = {}) const {
+    return request(std::make_unique<all_of>(
+        std::move(parts), std::move(names),
+        "rank " + std::to_string(rank_) + ": " + what + " across " + std::to_string(hosts_->size()) + " hosts",
+        std::move(on_failure)));
   }
 
   /// Buffers that overlap without being in place are refused before any part starts, so
