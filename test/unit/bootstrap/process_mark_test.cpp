@@ -13,35 +13,15 @@
 #include <string>
 #include <thread>
 
+#include "support/marked_child.hpp"
+
 namespace {
 
 using mimatrix::bootstrap::detail::process_mark;
-
-// A child that sends its mark through a pipe, then exits at once or waits to be signalled.
-process_mark spawn(bool exit_at_once, pid_t& pid) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-  pid = ::fork();
-  if (pid == 0) {
-    const std::string text = process_mark::self().encode();
-    (void)!::write(fds[1], text.data(), text.size());
-    ::close(fds[1]);
-    if (exit_at_once) ::_exit(0);
-    for (;;) ::pause();
-  }
-  ::close(fds[1]);
-  std::string text;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, std::size_t(n));
-  ::close(fds[0]);
-  const auto mark = process_mark::decode(text);
-  if (!mark) throw std::runtime_error("the child sent no mark: '" + text + "'");
-  return *mark;
-}
+using mimatrix::test::spawn_marked_child;
 
 TEST(process_mark, a_running_stopped_and_killed_process_reads_as_such) {
-  pid_t pid = 0;
-  const process_mark mark = spawn(false, pid);
+  const auto [pid, mark] = spawn_marked_child();
   ASSERT_TRUE(process_mark::self().can_check(mark));
   EXPECT_EQ(mark.state(), process_mark::status::running);
   int status = 0;
@@ -56,8 +36,9 @@ TEST(process_mark, a_running_stopped_and_killed_process_reads_as_such) {
 
 TEST(process_mark, a_process_reaped_while_it_is_read_reads_as_ended_and_never_throws) {
   for (int i = 0; i < 200; ++i) {
-    pid_t pid = 0;
-    const process_mark mark = spawn(true, pid);
+    const auto child = spawn_marked_child(true);
+    const pid_t pid = child.pid;  // a plain name: lambdas capture no structured binding before clang 16
+    const process_mark& mark = child.mark;
     std::atomic<bool> reaped{false};
     std::thread reaper([&] {
       int status = 0;

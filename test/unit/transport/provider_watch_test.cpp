@@ -15,15 +15,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "support/marked_child.hpp"
+
 namespace {
 
 using mimatrix::bootstrap::detail::process_mark;
+using mimatrix::test::spawn_marked_child;
 using mimatrix::transport::detail::fabric::lock_holders;
 using mimatrix::transport::detail::fabric::provider_watch;
 using mimatrix::transport::detail::fabric::report_stuck;
@@ -148,31 +150,10 @@ TEST(provider_watch, a_process_stopped_and_resumed_does_not_find_its_call_late) 
   for (int fd : {inside[0], inside[1], release[0], release[1]}) ::close(fd);
 }
 
-// A child that sends its mark, then pauses until killed.
-std::pair<pid_t, process_mark> spawn_peer() {
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error("pipe");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const std::string text = process_mark::self().encode();
-    (void)!::write(fds[1], text.data(), text.size());
-    for (;;) ::pause();
-  }
-  ::close(fds[1]);
-  std::string text;
-  char buffer[256];
-  // One write of less than PIPE_BUF arrives whole; the child never closes its end.
-  if (const ssize_t n = ::read(fds[0], buffer, sizeof buffer); n > 0) text.assign(buffer, std::size_t(n));
-  ::close(fds[0]);
-  const auto mark = process_mark::decode(text);
-  if (!mark) throw std::runtime_error("the child sent no mark: '" + text + "'");
-  return {pid, *mark};
-}
-
 TEST(provider_watch, the_report_names_the_stopped_peers_else_the_ended_ones) {
-  auto [running_pid, running] = spawn_peer();
-  auto [stopped_pid, stopped] = spawn_peer();
-  auto [killed_pid, killed] = spawn_peer();
+  auto [running_pid, running] = spawn_marked_child();
+  auto [stopped_pid, stopped] = spawn_marked_child();
+  auto [killed_pid, killed] = spawn_marked_child();
   int status = 0;
   ::kill(stopped_pid, SIGSTOP);
   ASSERT_EQ(::waitpid(stopped_pid, &status, WUNTRACED), stopped_pid);
@@ -200,7 +181,7 @@ TEST(provider_watch, the_report_names_the_stopped_peers_else_the_ended_ones) {
 }
 
 TEST(provider_watch, a_stuck_call_ends_the_process_with_the_documented_code_and_the_peer_named) {
-  auto [stopped_pid, stopped] = spawn_peer();
+  auto [stopped_pid, stopped] = spawn_marked_child();
   int status = 0;
   ::kill(stopped_pid, SIGSTOP);
   ASSERT_EQ(::waitpid(stopped_pid, &status, WUNTRACED), stopped_pid);
