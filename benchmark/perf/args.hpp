@@ -86,7 +86,7 @@ inline void print_usage(std::FILE* f, std::string_view program) {
       "  -W,--warmup_ms <ms> before the sweep, calls of the first size for this long (100):\n"
       "                     a transport's one-time costs (libfabric rxm's buffer pools)\n"
       "  -c,--check <0/1>                                       (1)\n"
-      "  -d,--datatype <int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16>  (float)\n"
+      "  -d,--datatype <int8|uint8|int32|int64|half|float|double|bfloat16>  (float; the MPI baseline takes uint32 and uint64 too)\n"
       "  -o,--op <sum|prod|min|max|avg>                         (sum)\n"
       "  -r,--root <root>                                       (0)\n"
       "  -a,--average <0/1/2/3> report rank0/avg/min/max time   (1)\n"

@@ -189,7 +189,10 @@ class fabric_runner {
   fabric_runner(collective c, const options& o) : c_(c), o_(o) {
     const auto type = to_mimatrix(o.type);
     if (!type) {
-      std::fprintf(stderr, "mimatrix has no %s type\n", std::string(name(o.type)).c_str());
+      std::fprintf(stderr,
+                   "-d %s: mimatrix has no such type (its dtypes: int8, uint8, int32, int64, half, float, double, "
+                   "bfloat16; the MPI baseline takes uint32 and uint64 too)\n",
+                   std::string(name(o.type)).c_str());
       std::exit(2);
     }
     std::optional<device::stream> stream;

@@ -36,8 +36,8 @@ class allgather {
   }
   /// In place: this rank's input is already block rank() of `data`.
   [[nodiscard]] request start(std::span<T> data, const call_options& options = {}) {
-    const std::size_t n = data.size() / engine_.comm().size();
-    return start(data.subspan(n * engine_.comm().rank(), n), data, options);
+    const std::size_t n = data.size() / engine_.size();
+    return start(data.subspan(n * engine_.rank(), n), data, options);
   }
 
   void operator()(std::span<const T> input, std::span<T> output) { start(input, output).wait(); }

@@ -96,9 +96,10 @@ class collectives {
   static constexpr bool splits_by_host = detail::across_hosts<Transport>::splits_by_host;
 
   /// The split by host where a call with `options` runs across hosts; null where it runs
-  /// flat. Called only where splits_by_host.
+  /// flat (or where the communicator is gone: core_ then refuses the call). Called only
+  /// where splits_by_host.
   detail::across_hosts<Transport>* across_hosts_for(const call_options& options) {
-    if (!options.stream || !options.algorithm.empty() ||
+    if (!options.stream || !options.pinned_algorithm().empty() || !core_.communicator_open() ||
         !detail::across_hosts<Transport>::may_apply(comm_, *options.stream))
       return nullptr;
     if (!split_tried_) {

@@ -36,8 +36,8 @@ class reduce_scatter {
   }
   /// In place: the result lands in block rank() of `data`.
   [[nodiscard]] request start(std::span<value_type> data, const call_options& options = {}) {
-    const std::size_t n = data.size() / engine_.comm().size();
-    return start(data, data.subspan(n * engine_.comm().rank(), n), options);
+    const std::size_t n = data.size() / engine_.size();
+    return start(data, data.subspan(n * engine_.rank(), n), options);
   }
 
   void operator()(std::span<const value_type> input, std::span<value_type> output) { start(input, output).wait(); }

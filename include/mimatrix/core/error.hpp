@@ -62,6 +62,15 @@ class error : public std::system_error {
  public:
   error(errc e, const std::string& what) : std::system_error(make_error_code(e), what) {}
   error(std::error_code ec, const std::string& what) : std::system_error(ec, what) {}
+
+  /// The text it was made with: what() without the ": <code's message>" that
+  /// system_error adds, for an error that wraps this one (and adds its own).
+  std::string reason() const {
+    std::string why = what();
+    const std::string suffix = ": " + code().message();
+    if (why.ends_with(suffix)) why.resize(why.size() - suffix.size());
+    return why;
+  }
 };
 
 /// Where a failure happened: each field is printed only when it is set.

@@ -48,9 +48,9 @@ struct options {
 struct call_options {
   /// An algorithm by name ("ring", "gdraa", "hdrm", "halving_doubling",
   /// "recursive_doubling", "hierarchical"), or empty for algorithm::automatic (the cost
-  /// model, or a MIMATRIX_ALGO rule). Every rank must name the same one.
+  /// model, or a MIMATRIX_ALGO rule), as "automatic" is. Every rank must name the same one.
   std::string algorithm;
-  /// A deadline for this call instead of the communicator's.
+  /// A deadline for this call instead of the communicator's; positive.
   std::optional<std::chrono::milliseconds> timeout;
   /// Set: the buffers are device memory of the stream's port, and the call is ordered on
   /// the stream as NCCL's calls are: it runs after the work queued there before it, and
@@ -63,6 +63,9 @@ struct call_options {
   /// calls of one shape started in different orders would otherwise reduce each other's
   /// data. It also names the call in errors and in call_record. 0: untagged.
   std::uint32_t tag = 0;
+
+  /// The algorithm it pins; empty where it leaves the choice to algorithm::automatic.
+  std::string pinned_algorithm() const { return algorithm == "automatic" ? std::string() : algorithm; }
 };
 
 }  // namespace mimatrix

@@ -81,11 +81,9 @@ class all_of final : public operation {
     } catch (const error& e) {
       if (failures_.empty() && on_failure_) on_failure_();
       failures_.resize(parts_.size());
-      std::string why = e.what();
-      // system_error's what() ends in the code's message, which the request adds again.
-      const std::string suffix = ": " + e.code().message();
-      if (why.ends_with(suffix)) why.resize(why.size() - suffix.size());
-      failures_[k] = {e.code(), what_ + ", " + names_[k] + ", failed (its group's ranks are named as in that group): " + why};
+      // The request adds the code's message again.
+      failures_[k] = {e.code(), what_ + ", " + names_[k] + ", failed (its group's ranks are named as in that group): " +
+                                    e.reason()};
     }
     return true;
   }

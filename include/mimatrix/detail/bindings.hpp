@@ -137,7 +137,8 @@ schedule_source automatic_on(const void* topology, const std::string& pinned, in
     }
     if (!runs)
       throw error(errc::invalid_argument, "rank " + std::to_string(rank) + ": algorithm '" + pinned +
-                                              "' does not run on this topology; it runs " + list);
+                                              "' is unknown or does not run on this topology, which runs " + list +
+                                              " (empty or 'automatic': the cost model chooses)");
     using rules = std::remove_cvref_t<decltype(chooser.settings().rules)>;
     chooser.set_rules(rules::parse("*:" + pinned, "call_options::algorithm"));
   }

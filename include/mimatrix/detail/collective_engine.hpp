@@ -47,10 +47,15 @@ class collective_engine {
  public:
   collective_engine(communicator<Transport>& comm, Topology topo, Algorithm algo)
       : comm_(comm),
+        rank_(comm.rank()),
+        size_(comm.size()),
         core_(comm.state(), face_of(comm.transport()),
               bind_algorithm(std::move(topo), std::move(algo), comm.size(), suggestion_of(comm.transport()))) {}
 
   communicator<Transport>& comm() { return comm_; }
+  /// The communicator's, kept: they stay readable if it is gone (start() then refuses).
+  int rank() const { return rank_; }
+  int size() const { return size_; }
 
   /// Checks the arguments, then starts the call. Counts are in elements. `options` may
   /// set a deadline, a tag and a stream; the algorithm is the type's.
@@ -58,8 +63,8 @@ class collective_engine {
   request start(schedule::collective kind, const typename Op::value_type* in, std::size_t in_count,
                 typename Op::value_type* out, std::size_t out_count, int root, const Op&,
                 const call_options& options = {}) {
-    if (!options.algorithm.empty())  // before the call takes a sequence number: ranks stay in step
-      throw error(errc::invalid_argument, "rank " + std::to_string(comm_.rank()) +
+    if (!options.pinned_algorithm().empty())  // before the call takes a sequence number: ranks stay in step
+      throw error(errc::invalid_argument, "rank " + std::to_string(rank_) +
                                               ": a typed collective runs the algorithm of its type; "
                                               "call_options::algorithm ('" + options.algorithm +
                                               "') is for collectives<>");
@@ -69,6 +74,7 @@ class collective_engine {
 
  private:
   communicator<Transport>& comm_;
+  int rank_, size_;
   engine_core core_;
 };
 

@@ -43,6 +43,9 @@ class collectives_core {
                                   const call_options& options);
   MIMATRIX_DECL void barrier(const call_options& options);
 
+  /// Whether the communicator it was made on still exists; its calls refuse once not.
+  MIMATRIX_DECL bool communicator_open() const;
+
  private:
   struct impl;
   std::unique_ptr<impl> impl_;

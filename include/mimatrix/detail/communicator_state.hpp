@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mimatrix/call_record.hpp"
 #include "mimatrix/core/config.hpp"
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/transport/fwd.hpp"
 
@@ -48,13 +50,28 @@ class communicator_state {
   /// Says so at MIMATRIX_DEBUG=INFO.
   MIMATRIX_DECL void closing(int rank, int size) const;
 
+  /// Expires with this state, so that a collectives object kept past its communicator
+  /// refuses its calls (refuse_if_destroyed) instead of reading freed memory.
+  std::weak_ptr<const void> liveness() const { return alive_; }
+
  private:
   struct calls;  // the plans and the thread whose calls are in flight
   options options_;
   std::uint64_t sequence_ = 0;
   std::unique_ptr<calls> calls_;
   std::vector<call_hook> hooks_;
+  std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);
 };
+
+/// Throws `invalid_argument` naming rank `rank` and the `call` when the communicator that
+/// `alive` came from (communicator_state::liveness) is gone.
+inline void refuse_if_destroyed(const std::weak_ptr<const void>& alive, int rank, std::string_view call) {
+  if (alive.expired())
+    throw error(errc::invalid_argument,
+                "rank " + std::to_string(rank) + ": " + std::string(call) +
+                    " on a communicator that has been destroyed: a collective object must not outlive the "
+                    "communicator it was made on");
+}
 
 /// `progress.set_mode(mode)`, for headers that only declare progress_engine.
 MIMATRIX_DECL void set_progress_mode(transport::progress_engine& progress, progress_mode mode);

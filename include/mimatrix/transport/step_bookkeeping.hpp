@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -77,6 +78,7 @@ struct step_bookkeeping {
     std::chrono::steady_clock::time_point deadline, probe_at, ended_check_at;
     bool started = false;
     bool probed = false;  // the liveness probe has run
+    std::string silent_but_running;  // peers that did not answer it, alive on this host
   } clock;
 };
 

@@ -71,6 +71,11 @@ class step_executor : public execution {
   /// ("rank 2 (pid 4242)"; none or cannot tell: ""). Asked every ended_check_interval
   /// of a stuck call.
   virtual std::string ended_peers() const { return {}; }
+  /// Of `peers`, those on this host whose processes run, each as "rank 2 (pid 4242)".
+  virtual std::vector<std::string> running_peers(const std::vector<int>& peers) const {
+    (void)peers;
+    return {};
+  }
   /// What the message of a stuck call adds (ranks that never came, the post cap).
   virtual std::string stall_detail() const { return {}; }
   /// How a receive's data moves, for the message of a stuck call ("through shared memory").
@@ -247,6 +252,13 @@ inline constexpr std::chrono::milliseconds ended_check_interval{100};
 /// 50 ms and 1 s.
 inline std::chrono::milliseconds probe_grace(std::chrono::milliseconds timeout) {
   return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+}
+
+/// "a, b, c": peers' descriptions in a message.
+inline std::string joined(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const auto& p : parts) s += (s.empty() ? "" : ", ") + p;
+  return s;
 }
 
 // ---- implementation ---------------------------------------------------------------------

@@ -1,18 +1,21 @@
 // communicator: a second thread that starts a call while another thread's calls are in
 // flight gets a clear error, not silently crossed buffers; handing a communicator over
-// between threads stays allowed.
+// between threads stays allowed; a collective object kept past its communicator refuses.
 #include "mimatrix/communicator.hpp"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
+#include "mimatrix/collectives.hpp"
+#include "mimatrix/reduce_scatter.hpp"
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix {
@@ -74,6 +77,39 @@ TEST(communicator, the_longest_timeout_means_never_not_an_overflow) {
     if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits, so its deadline is computed
     sum(v);
     EXPECT_EQ(v[999], 3) << "rank " << r;
+  });
+}
+
+// A collectives object or a typed collective kept past its communicator refuses its calls
+// with an error naming the rank and the call; before, they read the freed communicator.
+TEST(communicator, a_collective_object_kept_past_its_communicator_refuses_its_calls) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    std::optional<communicator<inproc>> comm(std::in_place, w, r);
+    collectives<inproc> coll(*comm);
+    sum_t sum(*comm);
+    reduce_scatter<inproc, topology::ring, reduce::sum<std::int64_t>> scatter(*comm);
+    std::vector<std::int64_t> v(64, r + 1);
+    sum(v);
+    ASSERT_EQ(v[0], 3) << "rank " << r;
+    comm.reset();
+    const std::string refused = "rank " + std::to_string(r) + ": ";
+    const auto expect_refused = [&](const char* call, auto&& start) {
+      try {
+        start();
+        ADD_FAILURE() << call << " on rank " << r << " was not refused";
+      } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::invalid_argument) << call;
+        EXPECT_NE(std::string(e.what()).find(refused + call + " on a communicator that has been destroyed"),
+                  std::string::npos)
+            << e.what();
+      }
+    };
+    expect_refused("allreduce", [&] { (void)coll.allreduce(v.data(), v.data(), v.size(), dtype::int64, reduce::op_kind::sum); });
+    expect_refused("broadcast", [&] { (void)coll.broadcast(v.data(), v.data(), v.size(), dtype::int64, 0); });
+    expect_refused("allreduce", [&] { coll.barrier(); });
+    expect_refused("allreduce", [&] { (void)sum.start(v); });
+    expect_refused("reduce_scatter", [&] { (void)scatter.start(v); });  // in place: reads the group's size
+    EXPECT_EQ(v[0], 3) << "a refused call wrote the buffer";
   });
 }
 

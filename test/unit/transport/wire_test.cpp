@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace mimatrix::transport::detail::fabric {
 namespace {
@@ -59,6 +60,41 @@ TEST(wire, a_disagreement_in_the_top_bits_names_the_algorithm_or_tag) {
       wire::pack(call(collective::allreduce), "ring"), call(collective::allreduce), "ring");
   EXPECT_NE(count.find("count 999"), std::string::npos) << count;
   EXPECT_NE(count.find("but this rank runs allreduce #5 (count 1000"), std::string::npos) << count;
+}
+
+// Regression: a broadcast whose ranks each named themselves the root left its messages
+// unreceived over tcp, and the broadcast of the same shape 2^15 calls later, whose tags
+// are the same, took one as its data without a word.
+TEST(wire, calls_whose_tags_wrap_onto_each_other_pack_differently) {
+  constexpr std::uint64_t wrap = std::uint64_t(1) << wire::sequence_bits;
+  for (collective kind : {collective::allreduce, collective::broadcast}) {
+    signature first = call(kind), later = call(kind);
+    first.sequence = 3;
+    later.sequence = 3 + wrap;
+    ASSERT_EQ(wire::data_tag(1, first.sequence, 7), wire::data_tag(1, later.sequence, 7));
+    EXPECT_NE(wire::pack(first, "ring"), wire::pack(later, "ring"));
+    EXPECT_NE(wire::digest(wire::pack(first, "ring")), wire::digest(wire::pack(later, "ring")));
+    EXPECT_EQ(wire::unpack(wire::pack(later, "ring"), later.sequence), later);
+  }
+  std::vector<bool> seen(std::size_t(1) << 16);
+  for (std::uint64_t epoch = 0; epoch < (std::uint64_t(1) << 16); ++epoch) {
+    const std::uint16_t d = wire::epoch_digest(epoch * wrap + 5);
+    EXPECT_FALSE(seen[d]) << "epoch " << epoch;
+    seen[d] = true;
+  }
+  EXPECT_EQ(wire::epoch_digest(wrap - 1), 0) << "the first 2^15 calls pack as before";
+}
+
+TEST(wire, a_message_left_by_an_earlier_call_is_named_as_such) {
+  signature left = call(collective::broadcast), mine = call(collective::broadcast);
+  left.sequence = 0;
+  mine.sequence = std::uint64_t(2) << wire::sequence_bits;
+  const std::string why =
+      wire::disagreement(0, wire::pack(left, "ring"), wire::pack(mine, "ring"), mine, "ring");
+  EXPECT_EQ(why.rfind("a message of rank 0 left unreceived by broadcast #0 reached this rank's broadcast #65536", 0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("disagree on a broadcast's root"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 
@@ -20,19 +21,22 @@ struct collectives_core::impl {
     try {
       return reduce::host_kernels_for(type, op);
     } catch (const error& e) {
-      throw error(errc::invalid_argument, "rank " + std::to_string(transport.rank) + ": " + e.what());
+      throw error(errc::invalid_argument, "rank " + std::to_string(transport.rank) + ": " + e.reason());
     }
   }
 
-  /// One engine (and plan-cache owner) per algorithm name, made on first use.
-  engine_core& engine(const call_options& options) {
-    if (auto it = engines.find(options.algorithm); it != engines.end()) return it->second;
-    engine_core made(comm, transport,
-                     source(topology.get(), options.algorithm, transport.rank, transport.size, suggested));
-    return engines.emplace(options.algorithm, std::move(made)).first->second;
+  /// One engine (and plan-cache owner) per algorithm name, made on first use; a call on
+  /// a destroyed communicator is refused before the engine touches it.
+  engine_core& engine(schedule::collective kind, const call_options& options) {
+    refuse_if_destroyed(alive, transport.rank, schedule::to_string(kind));
+    std::string pinned = options.pinned_algorithm();
+    if (auto it = engines.find(pinned); it != engines.end()) return it->second;
+    engine_core made(comm, transport, source(topology.get(), pinned, transport.rank, transport.size, suggested));
+    return engines.emplace(std::move(pinned), std::move(made)).first->second;
   }
 
   communicator_state& comm;
+  std::weak_ptr<const void> alive;  // comm's
   transport_face transport;
   std::shared_ptr<const void> topology;
   automatic_source source;
@@ -43,41 +47,42 @@ struct collectives_core::impl {
 MIMATRIX_DECL collectives_core::collectives_core(communicator_state& comm, const transport_face& transport,
                                                  std::shared_ptr<const void> topology, automatic_source source,
                                                  std::optional<schedule::policy> suggested)
-    : impl_(std::make_unique<impl>(impl{comm, transport, std::move(topology), source, suggested, {}})) {}
+    : impl_(std::make_unique<impl>(impl{comm, comm.liveness(), transport, std::move(topology), source, suggested, {}})) {}
 
 MIMATRIX_DECL collectives_core::collectives_core(collectives_core&&) noexcept = default;
+MIMATRIX_DECL bool collectives_core::communicator_open() const { return !impl_->alive.expired(); }
 MIMATRIX_DECL collectives_core::~collectives_core() = default;
 
 MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type,
                                                   reduce::op_kind op, const call_options& options) {
-  return impl_->engine(options).start(schedule::collective::allreduce, input, count, output, count, 0,
+  return impl_->engine(schedule::collective::allreduce, options).start(schedule::collective::allreduce, input, count, output, count, 0,
                                       impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
                                                        reduce::op_kind op, const call_options& options) {
-  return impl_->engine(options).start(schedule::collective::reduce_scatter, input,
+  return impl_->engine(schedule::collective::reduce_scatter, options).start(schedule::collective::reduce_scatter, input,
                                       count * std::size_t(impl_->transport.size), output, count, 0,
                                       impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type,
                                                   const call_options& options) {
-  return impl_->engine(options).start(schedule::collective::allgather, input, count, output,
+  return impl_->engine(schedule::collective::allgather, options).start(schedule::collective::allgather, input, count, output,
                                       count * std::size_t(impl_->transport.size), 0,
                                       impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type,
                                                   int root, const call_options& options) {
-  return impl_->engine(options).start(schedule::collective::broadcast, input,
+  return impl_->engine(schedule::collective::broadcast, options).start(schedule::collective::broadcast, input,
                                       impl_->transport.rank == root ? count : 0, output, count, root,
                                       impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
   std::uint8_t in = 0, out = 0;
-  impl_->engine(options)
+  impl_->engine(schedule::collective::allreduce, options)
       .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(dtype::uint8, reduce::op_kind::max),
              options.timeout, nullptr, options.tag)
       .wait();

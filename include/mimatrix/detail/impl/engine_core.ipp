@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -22,7 +23,7 @@ namespace mimatrix::detail {
 
 struct engine_core::impl {
   impl(communicator_state& c, const transport_face& t, schedule_source s)
-      : comm(c), transport(t), source(std::move(s)), owner(c.plans().new_owner()),
+      : comm(c), alive(c.liveness()), transport(t), source(std::move(s)), owner(c.plans().new_owner()),
         shared_device_owner(source.build_on_shared_device ? c.plans().new_owner() : owner) {}
 
   std::optional<std::string> check(const schedule::descriptor& d, const void* in, std::size_t in_count, void* out,
@@ -46,6 +47,7 @@ struct engine_core::impl {
   }
 
   communicator_state& comm;
+  std::weak_ptr<const void> alive;  // comm's
   transport_face transport;
   schedule_source source;
   std::uint64_t owner;
@@ -68,12 +70,16 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                                          const device::stream* stream, std::uint32_t tag) {
   impl& e = *impl_;
   const transport_face& t = e.transport;
+  refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
   const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
   const signature sig{kind, kernels.op, kernels.type, count, kind == schedule::collective::broadcast ? root : 0,
                       e.comm.next_sequence(t.rank, t.progress), tag};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
+  if (!why && timeout && timeout->count() <= 0)
+    why = "call_options::timeout is " + std::to_string(timeout->count()) +
+          " ms; a deadline must be positive (unset: the communicator's)";
   const bool shared_device = !why && e.on_shared_device(stream);
   if (why) {
     const std::string message =
@@ -113,6 +119,10 @@ MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule
                                                                   std::size_t in_count, void* out,
                                                                   std::size_t out_count) const {
   const int p = transport.size, r = transport.rank;
+  // Above this, the sizes below wrap and would be reported as nonsense.
+  if (d.count > std::numeric_limits<std::size_t>::max() / d.elem_size / std::size_t(p))
+    return "count " + std::to_string(d.count) + " is too large: " + std::to_string(d.count) + " elements of " +
+           std::to_string(d.elem_size) + " bytes on " + std::to_string(p) + " ranks overflow a 64-bit byte count";
   const bool reads_input = d.kind != schedule::collective::broadcast || r == d.root;
   const std::size_t want_in = d.input_bytes() / d.elem_size, want_out = d.output_bytes() / d.elem_size;
   if (d.kind == schedule::collective::broadcast && (d.root < 0 || d.root >= p))

@@ -82,7 +82,13 @@ inline void step_executor::check_time() {
     while (advance()) {  // the probe progressed the transport: the call may be done
     }
     if (finished()) return;
-    if (!silent.empty()) {
+    // Silent peers whose processes run on this host are alive, only busy outside mimatrix
+    // (a caller-driven rank in a long step): they may still come, so the call waits for its
+    // deadline and then times out. Any other silence is a loss, named now.
+    if (silent.empty()) {
+    } else if (const auto running = running_peers(silent); running.size() == silent.size()) {
+      book_->clock.silent_but_running = joined(running);
+    } else {
       std::string who;
       for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
       return fail(errc::peer_lost,
@@ -91,9 +97,15 @@ inline void step_executor::check_time() {
                                                 "mimatrix) while " + stuck_reason()));
     }
   }
-  if (clock::now() >= book_->clock.deadline)
+  if (clock::now() >= book_->clock.deadline) {
+    const std::string& running = book_->clock.silent_but_running;
     fail(errc::timeout,
-         describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) + " ms " + stuck_reason()));
+         describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) + " ms " + stuck_reason() +
+                                       (running.empty() ? std::string()
+                                                        : "; " + running + " runs on this host but did not answer a "
+                                                          "liveness probe: it is busy outside mimatrix (a rank in a "
+                                                          "long step answers with MIMATRIX_PROGRESS=thread)")));
+  }
 }
 
 inline std::int64_t step_executor::stuck_step() const {

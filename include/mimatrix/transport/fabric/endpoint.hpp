@@ -12,6 +12,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_tagged.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +43,8 @@
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport::detail::fabric {
+
+using process_status = bootstrap::detail::process_mark::status;
 
 /// What an endpoint is built with (see transport::fabric_options for the public form).
 struct settings {
@@ -128,11 +131,10 @@ class endpoint {
     return on;
   }
 
-  /// Whether calls on device buffers may be sent and received by the provider directly
-  /// (FI_HMEM: GPUDirect RDMA on verbs or efa), where no mailbox carries them:
-  /// MIMATRIX_DEVICE_HMEM is "auto" (unset: every provider but shm, whose ranks share a
-  /// host and read each other's memory by IPC instead), "on" (shm too) or "0" (never;
-  /// device buffers stage through host memory). Agreed at start-up.
+  /// Whether the provider sends and receives device buffers directly (FI_HMEM: GPUDirect
+  /// RDMA on verbs or efa), where no mailbox carries them: MIMATRIX_DEVICE_HMEM is "auto"
+  /// (unset: every provider but shm, whose ranks share a host and read each other's memory
+  /// by IPC), "on" (shm too) or "0" (never: staged through host memory). Agreed at start-up.
   static std::string_view device_hmem() {
     static const std::string value = [] {
       const char* v = std::getenv("MIMATRIX_DEVICE_HMEM");
@@ -239,13 +241,12 @@ class endpoint {
   }
   std::size_t orphans() const { return orphans_; }
 
-  /// A failed call left transfers the provider could not cancel, into memory its caller
-  /// gets back (its buffers) or the next call would reuse, or (not over shm) failed with a
-  /// mismatch, after which the provider may have dropped connections. The endpoint stops calling
-  /// libfabric at all: its providers here progress only inside our calls, so nothing more
-  /// lands. It does not close them either: tcp;ofi_rxm can crash closing an endpoint with
-  /// a transfer in flight, so its objects are left to the process's exit. Every call then
-  /// fails at once with `code` (aborted), naming `why`; a new communicator is needed.
+  /// A failed call left transfers the provider could not cancel, into memory its caller gets
+  /// back or the next call would reuse, or (not over shm) failed with a mismatch, after which
+  /// the provider may have dropped connections. The endpoint stops calling libfabric: its
+  /// providers here progress only inside our calls, so nothing more lands. Nor does it close
+  /// them (tcp;ofi_rxm can crash closing an endpoint with a transfer in flight): they are
+  /// left to the process's exit. Every call then fails at once with `code`, naming `why`.
   void disable(errc code, std::string why) {
     // Aborts and their relays still queued go out first: the others must hear of the failure.
     const auto until = clock::now() + std::chrono::milliseconds(200);
@@ -350,24 +351,25 @@ class endpoint {
   /// that did not answer (exited, killed, or stuck outside mimatrix).
   std::vector<int> silent_peers(std::chrono::milliseconds grace);
 
-  /// The peers on this host whose processes have ended ("rank 2 (pid 4242)"; none: ""):
-  /// read from /proc, no answer from them needed.
   /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric
   /// shm (1.17) spins on a lock of the receiver's region, which a process stopped or
   /// killed inside the provider keeps, so nothing is sent to such a peer.
   bool unreachable(int peer) const {
     for (const auto& [rank, mark] : local_processes_)
-      if (rank == peer) return mark.state() != bootstrap::detail::process_mark::status::running;
+      if (rank == peer) return mark.state() != process_status::running;
     return false;
   }
 
-  std::string ended_peers() const {
-    std::string gone;
+  /// The peers on this host (of `among`, if given) whose processes are in `state`, each as
+  /// "rank 2 (pid 4242)": read from /proc, no answer from them needed.
+  std::vector<std::string> local_peers(process_status state, const std::vector<int>* among = nullptr) const {
+    std::vector<std::string> found;
     for (const auto& [peer, mark] : local_processes_)
-      if (mark.ended())
-        gone += (gone.empty() ? "rank " : ", rank ") + std::to_string(peer) + " (pid " + std::to_string(mark.pid) + ")";
-    return gone;
+      if ((!among || std::find(among->begin(), among->end(), peer) != among->end()) && mark.state() == state)
+        found.push_back("rank " + std::to_string(peer) + " (pid " + std::to_string(mark.pid) + ")");
+    return found;
   }
+  std::string ended_peers() const { return joined(local_peers(process_status::ended)); }
 
  private:
   static constexpr int control_receives = 8;
@@ -398,10 +400,9 @@ class endpoint {
   // ---- control messages (endpoint_control.hpp) -----------------------------------
 
   void post_control_receive(posted_op* r);
-  /// Posts a control message, or keeps it for progress() to retry until `until` when the
-  /// provider pushes back (tcp;ofi_rxm answers -FI_EAGAIN until a new connection is up,
-  /// which can take longer than a caller should spin). A dead peer's message is dropped
-  /// at `until`.
+  /// Posts a control message, or keeps it for progress() to retry until `until` (then
+  /// dropped: a dead peer's) when the provider pushes back: tcp;ofi_rxm answers -FI_EAGAIN
+  /// until a new connection is up, which can take longer than a caller should spin.
   void send_control(int peer, const wire::control_message& m, clock::time_point until);
 
   ssize_t post_control(posted_op* r, int peer, std::size_t len) {

@@ -20,7 +20,9 @@ inline endpoint::~endpoint() {
 }
 
 inline void endpoint::say_goodbye() noexcept {
-  if (!ep_ || !store_ || size_ == 1) return;
+  // A disable()d endpoint (no ep_) still counts itself in: its peers would wait for it
+  // until their limit (seen: a broadcast's root, 60 s after its peer's mismatch over tcp).
+  if (!store_ || size_ == 1) return;
   try {
     // Every store request is bounded by what is left: a frozen rank 0 (its store's host)
     // must not hold the others past the limit.

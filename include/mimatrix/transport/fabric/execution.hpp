@@ -249,10 +249,12 @@ class execution final : public step_executor, private call {
       find_misrouted();
     }
   }
-
   bool probes() const override { return true; }
   std::vector<int> silent_peers(std::chrono::milliseconds grace) override { return ep_->silent_peers(grace); }
   std::string ended_peers() const override { return ep_->ended_peers(); }
+  std::vector<std::string> running_peers(const std::vector<int>& p) const override {
+    return ep_->local_peers(bootstrap::detail::process_mark::status::running, &p);
+  }
 
   std::string_view route(schedule::step_id id) const override {
     return state_[id].box ? "through shared memory" : std::string_view();
@@ -290,10 +292,9 @@ class execution final : public step_executor, private call {
     return posted::started;
   }
 
-  /// Takes what arrived for the receives whose dependencies are done: once a round for
-  /// each mailbox and peer, the earliest message any of them wants, as long as there are
-  /// such. A message is read where it lies, and checked before it touches the caller's
-  /// buffers.
+  /// Takes what arrived for the receives whose dependencies are done: once a round for each
+  /// mailbox and peer, the earliest message any of them wants, while there are such. A
+  /// message is read where it lies, checked before it touches the caller's buffers.
   bool poll_mailboxes();
 
   /// Takes one message from `peer` in `box` that a polled receive wants; false if none.
@@ -331,9 +332,8 @@ class execution final : public step_executor, private call {
 
   // ---- one-sided steps (execution_one_sided.hpp) -----------------------------------
 
-  /// The call's output and scratch live in this rank's half of the window, output first:
-  /// a writer finds any region of its target from its own schedule, since every rank's
-  /// output has the same size.
+  /// The call's output and scratch live in this rank's half of the window, output first: a
+  /// writer finds any region of its target from its own schedule (every output is alike).
   void use_window();
 
   std::size_t scratch_offset() const { return (plan().desc.output_bytes() + 63) / 64 * 64; }

@@ -55,17 +55,27 @@ constexpr std::uint16_t tag_digest(std::uint32_t tag) {
   return static_cast<std::uint16_t>(h ^ (h >> 16));
 }
 
+/// A 16-bit digest of the call sequence's bits above the tag's (sequence / 2^15), 0 for
+/// the first 2^15 calls. A message that a call left unreceived (ranks that disagreed on
+/// it, each a broadcast's root) matches the receive of the call 2^15 later, whose tag
+/// is the same; this digest in the packing tells the two apart. Odd multiplier: distinct
+/// for any 2^16 epochs in a row.
+constexpr std::uint16_t epoch_digest(std::uint64_t sequence) {
+  return static_cast<std::uint16_t>((sequence >> sequence_bits) * 0x9E37u);
+}
+
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
 /// carries: [63..48] root (broadcast) or the algorithm's digest (the others), xor the
-/// tag's digest | [47..45] dtype | [44..42] op | [41..40] kind | [39..0] count. A receiver
-/// that finds another packing than its own knows its peer runs another call, or the same
-/// call by another algorithm or with another tag. (A broadcast's algorithm is left to the
+/// tag's and the epoch's digests | [47..45] dtype | [44..42] op | [41..40] kind |
+/// [39..0] count. A receiver that finds another packing than its own knows its peer runs
+/// another call, or the same call by another algorithm or with another tag, or that the
+/// message was left by the call 2^15 earlier. (A broadcast's algorithm is left to the
 /// start-up check of MIMATRIX_ALGO.)
 inline std::uint64_t pack(const signature& s, std::string_view algorithm) {
   constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
   const std::uint16_t top =
       (s.kind == schedule::collective::broadcast ? std::uint16_t(s.root) : algorithm_digest(algorithm)) ^
-      tag_digest(s.tag);
+      tag_digest(s.tag) ^ epoch_digest(s.sequence);
   return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
          (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
 }
@@ -76,7 +86,9 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_
   s.type = dtype((bits >> 45) & 7);
   s.op = reduce::op_kind((bits >> 42) & 7);
   s.kind = schedule::collective((bits >> 40) & 3);
-  s.root = s.kind == schedule::collective::broadcast ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag)) : 0;
+  s.root = s.kind == schedule::collective::broadcast
+               ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag) ^ epoch_digest(sequence))
+               : 0;
   s.count = bits & ((std::uint64_t(1) << 40) - 1);
   s.sequence = sequence;
   s.tag = tag;
@@ -90,7 +102,20 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_
 inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mine, const signature& sig,
                                 std::string_view algorithm) {
   constexpr std::uint64_t below_top = (std::uint64_t(1) << 48) - 1;
+  constexpr std::uint64_t epoch = std::uint64_t(1) << sequence_bits;
   const std::string who = "rank " + std::to_string(peer) + " runs ";
+  for (std::uint64_t back = epoch; back <= sig.sequence && back <= 64 * epoch; back += epoch) {
+    signature earlier = sig;
+    earlier.sequence -= back;
+    if (theirs == pack(earlier, algorithm))
+      return "a message of rank " + std::to_string(peer) + " left unreceived by " +
+             std::string(schedule::to_string(sig.kind)) + " #" + std::to_string(earlier.sequence) +
+             " reached this rank's " + std::string(schedule::to_string(sig.kind)) + " #" +
+             std::to_string(sig.sequence) + " (calls 2^15 apart share the wire's tags): call #" +
+             std::to_string(earlier.sequence) + " ended without receiving it, as when ranks disagree on a "
+             "broadcast's root (each names itself: all send, none receives); every rank must give a call "
+             "the same arguments";
+  }
   if ((theirs & below_top) != (mine & below_top))
     return who + to_string(unpack(theirs, sig.sequence)) + " but this rank runs " + to_string(sig);
   const std::string tag = std::to_string(sig.tag);
