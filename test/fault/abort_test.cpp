@@ -2,7 +2,8 @@
 // communicator while three ranks wait in an allreduce that a fourth never joins. Every
 // pending call fails with `aborted` naming the rank and the reason, the idle rank learns
 // it from async_error() before it calls, and its later call fails at once. Each rank
-// prints when (system clock, one host) so the parent measures abort-to-error times.
+// prints when (system clock, one host) so the parent measures abort-to-error times. With
+// the progress thread, ranks between calls learn of an abort at their first ask.
 #include "mimatrix/transport/fabric.hpp"
 
 #include <gtest/gtest.h>
@@ -115,6 +116,18 @@ MIMATRIX_SCENARIO(watchdog_abort) {
   return 0;
 }
 
+// No call yet (over tcp no connection either), the progress thread on: rank 1 aborts and
+// the others, outside any call, ask async_error() once, 500 ms later.
+MIMATRIX_SCENARIO(abort_between_calls) {
+  communicator<fabric> comm;
+  comm.set_progress(progress_mode::thread);
+  if (comm.rank() == watchdog) comm.abort("watchdog saw no progress");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::optional<error> e = comm.async_error();
+  std::printf("ASKED %s\n", e ? e->what() : "nothing");
+  return 0;
+}
+
 /// Per trial, the time from the abort to the last rank's error, in microseconds.
 std::vector<long long> abort_to_last_error(const bootstrap::launch_result& r, int trials) {
   std::map<int, long long> aborted_at, last_error;
@@ -153,6 +166,20 @@ class abort_test : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(abort_test, a_watchdog_thread_ends_every_ranks_calls_with_aborted_and_later_calls_fail_at_once) {
   run_trials(GetParam(), 3);
+}
+
+// Regression: an idle rank's async_error() reported a peer's abort only after about 20
+// asks over tcp (2-3 over shm), so a watchdog asking once a second learned of it after
+// some 20 s: only calls progressed the endpoint. The progress thread now reads it between
+// calls too (every transport::idle_poll).
+TEST_P(abort_test, idle_ranks_with_the_progress_thread_learn_of_an_abort_at_their_first_ask) {
+  const auto r = test::run_ranks(3, GetParam(), "abort_between_calls", {}, std::chrono::seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_NE(r.output[std::size_t(rank)].find("ASKED rank " + std::to_string(rank) +
+                                               ": rank 1 aborted the communicator: watchdog saw no progress"),
+              std::string::npos)
+        << test::all_output(r);
 }
 
 // The long tier's measurement: 100 trials.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -81,7 +82,13 @@ class progress_port {
   virtual std::uint64_t snapshot() { return 0; }
   /// Blocks briefly (at most a few milliseconds: deadlines are checked between pauses).
   virtual void pause(std::uint64_t snapshot, int idle_rounds) = 0;
+  /// Run by the progress thread every idle_poll while no call is in flight, under the
+  /// engine's lock: where a transport reads what peers send between calls (an abort).
+  virtual void idle() {}
 };
+
+/// How often the progress thread looks at the transport while no call is in flight.
+inline constexpr std::chrono::milliseconds idle_poll{10};
 
 /// The calls in flight of one communicator, and the thread that may drive them.
 ///
@@ -187,7 +194,7 @@ class progress_engine {
     std::unique_lock lock(mutex_);
     while (!stop_) {
       if (calls_.empty()) {
-        work_.wait(lock, [&] { return stop_ || !calls_.empty(); });
+        if (!work_.wait_for(lock, idle_poll, [&] { return stop_ || !calls_.empty(); })) port_->idle();
         idle = 0;
         continue;
       }

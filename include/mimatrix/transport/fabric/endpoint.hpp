@@ -34,6 +34,7 @@
 #include "mimatrix/transport/fabric/call.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
+#include "mimatrix/transport/fabric/progress_port.hpp"
 #include "mimatrix/transport/fabric/provider_watch.hpp"
 #include "mimatrix/transport/fabric/registration_cache.hpp"
 #include "mimatrix/transport/fabric/window.hpp"
@@ -59,19 +60,6 @@ struct settings {
   std::size_t chunk_bytes = 0;  // 0: by provider (endpoint::chunk_for_provider)
   bool exit_when_stuck = true;  // a provider call that never returns ends the process
   std::string group = "world";  // keys the store entries with the count of its endpoints opened here
-};
-
-/// How a rank waits on the provider: spins while a peer is likely microseconds away,
-/// then gives the core away (ranks often outnumber cores in tests).
-class port final : public progress_port {
- public:
-  void pause(std::uint64_t, int idle_rounds) override {
-    if (idle_rounds <= 256) return;
-    if (idle_rounds < 20000)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
 };
 
 class endpoint {
@@ -334,10 +322,10 @@ class endpoint {
 
   /// The communicator was aborted, here or on another rank (abort_all); null if not.
   const fabric::failure* aborted() const { return aborted_ ? &*aborted_ : nullptr; }
-
-  /// Ends every call in flight and every later one, on every rank, with `aborted` (as
-  /// ncclCommAbort). Called with the engine locked, from any thread.
+  /// Ends every call in flight and every later one, on every rank, with `aborted` (as ncclCommAbort),
+  /// with the engine locked, from any thread; what the provider pushed back stays queued (controls_pending()).
   void abort_all(const std::string& why);
+  bool controls_pending() const { return !backlog_.empty(); }
 
   /// Records the failure of call `sequence` and tells every other rank.
   void announce_failure(std::uint64_t sequence, errc code, const std::string& message);
@@ -487,7 +475,7 @@ class endpoint {
   std::vector<std::uint64_t> pongs_;
   std::vector<std::pair<int, bootstrap::detail::process_mark>> local_processes_;  // peers on this host
   std::uint64_t nonce_ = 0;
-  progress_engine engine_{std::make_unique<port>()};
+  progress_engine engine_{std::make_unique<port>([this] { (void)progress(); })};
   std::unique_ptr<provider_watch> watch_;  // last: it watches the destructor's provider calls too
 };
 

@@ -39,8 +39,6 @@ inline void endpoint::abort_all(const std::string& why) {
   const auto now = clock::now();
   for (int peer = 0; peer < size_; ++peer)
     if (peer != rank_) send_control(peer, {wire::control_type::shutdown, errc::aborted, rank_, 0, text}, now + control_patience);
-  while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
-    if (!progress()) std::this_thread::yield();
   for (const auto& weak : parts_)  // their locks after this one's, never the other way
     if (const auto part = weak.lock()) {
       auto part_lock = part->engine().lock();

@@ -2,8 +2,10 @@
 // in mimatrix::compiled (or the user's impl/src.hpp unit), with separate compilation.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <optional>
+#include <thread>
 
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/rendezvous.hpp"
@@ -63,13 +65,31 @@ MIMATRIX_DECL void fabric::abort_with(const fabric& part) {
 }
 
 MIMATRIX_DECL void fabric::abort(const std::string& why) {
-  auto lock = endpoint_->engine().lock();  // between rounds: no call is touching the endpoint
-  endpoint_->abort_all(why);
+  {
+    auto lock = endpoint_->engine().lock();  // between rounds: no call is touching the endpoint
+    endpoint_->abort_all(why);
+  }
+  // The aborts the provider pushed back (a peer outside mimatrix, a connection not yet up)
+  // go out for up to 200 ms, the lock taken a round at a time: this rank's own calls fail
+  // meanwhile, as its peers' do (they waited those 200 ms behind the lock before).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) {
+    bool moved = false;
+    {
+      auto lock = endpoint_->engine().lock();
+      if (!endpoint_->controls_pending()) break;
+      moved = endpoint_->progress();
+    }
+    if (!moved) std::this_thread::yield();
+  }
 }
 
 MIMATRIX_DECL std::optional<error> fabric::async_error() {
   auto lock = endpoint_->engine().lock();
-  (void)endpoint_->progress();  // aborts and failures other ranks sent
+  // Aborts and failures other ranks sent. Over tcp;ofi_rxm a peer's first message waits
+  // for a connection, which takes progress on both sides over time: without the progress
+  // thread (which reads them between calls), a few asks.
+  (void)endpoint_->progress();
   if (const auto* a = endpoint_->aborted()) return error(a->code, "rank " + std::to_string(rank()) + ": " + a->message);
   if (const auto* d = endpoint_->disabled()) return error(d->code, "rank " + std::to_string(rank()) + ": " + d->message);
   if (const auto* f = endpoint_->latest_failure()) return error(f->code, "rank " + std::to_string(rank()) + ": " + f->message);
