@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "mimatrix/bootstrap/env.hpp"
+#include "mimatrix/bootstrap/detail/job_server.hpp"
 #include "mimatrix/bootstrap/file_store.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
 #include "mimatrix/bootstrap/store.hpp"
@@ -54,6 +55,14 @@ inline std::pair<std::string, int> split_host_port(std::string_view text, const 
   return {std::string(host), p};
 }
 
+/// The job's tcp store: rank 0's process serves it from the first one it opens until it
+/// exits, so that every communicator it makes, one after another or at once, meets there.
+inline std::unique_ptr<store> job_tcp_store(std::string host, int port, bool serve,
+                                            std::chrono::milliseconds timeout) {
+  if (!serve) return std::make_unique<tcp_store>(std::move(host), port, false, timeout);
+  return std::make_unique<tcp_store>(std::move(host), job_server(port), timeout);
+}
+
 }  // namespace detail
 
 /// The job's store, chosen by the environment `get` reads:
@@ -63,6 +72,9 @@ inline std::pair<std::string, int> split_host_port(std::string_view text, const 
 ///   nothing, and `self.size` is 1        a memory_store
 /// Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) torchrun itself serves
 /// MASTER_PORT, so rank 0 serves on MASTER_PORT + 1 instead. `timeout` bounds connecting.
+/// Rank 0's process serves a tcp store from its first open_store until it exits: every
+/// store it opens on that port meets there, so communicators may be made one after another
+/// (a destroyed one's peers may already wait in the next) or several at once.
 /// Throws errc::invalid_argument saying what to set when there is more than one rank and
 /// nothing is set, or when a value is malformed.
 inline std::unique_ptr<store> open_store(const identity& self, std::chrono::milliseconds timeout,
@@ -76,7 +88,7 @@ inline std::unique_ptr<store> open_store(const identity& self, std::chrono::mill
     }
     if (text.starts_with("tcp://")) {
       auto [host, port] = detail::split_host_port(text.substr(6), "MIMATRIX_STORE");
-      return std::make_unique<tcp_store>(host, port, serve, timeout);
+      return detail::job_tcp_store(host, port, serve, timeout);
     }
     if (text == "memory:" && self.size == 1) return std::make_unique<memory_store>();
     throw error(errc::invalid_argument, "MIMATRIX_STORE='" + std::string(text) +
@@ -95,7 +107,7 @@ inline std::unique_ptr<store> open_store(const identity& self, std::chrono::mill
       if (port == 65535) throw error(errc::invalid_argument, "MASTER_PORT=65535 leaves no port for mimatrix's store under torchrun");
       ++port;
     }
-    return std::make_unique<tcp_store>(addr, port, serve, timeout);
+    return detail::job_tcp_store(addr, port, serve, timeout);
   }
   if (self.size == 1) return std::make_unique<memory_store>();
   throw error(errc::invalid_argument,

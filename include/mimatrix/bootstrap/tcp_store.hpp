@@ -35,7 +35,8 @@ namespace mimatrix::bootstrap {
 /// every rank through its own connection.
 ///
 /// Rank 0 must keep its object alive until the other ranks are done with the store (end
-/// the rendezvous with a barrier); destroying it stops the server.
+/// the rendezvous with a barrier); destroying it stops the server, unless the server was
+/// handed in (open_store's: rank 0's process serves the job's store until it exits).
 ///
 /// @par Thread Safety
 /// One object may be shared by threads: requests on it are serialized. Many processes and
@@ -51,11 +52,18 @@ class tcp_store final : public store {
     if (port < 0 || port > 65535)
       throw error(errc::invalid_argument, "rendezvous store port " + std::to_string(port) + " is not in [0, 65535]");
     if (serve) {
-      server_ = std::make_unique<detail::tcp_server>(port);
+      server_ = std::make_shared<detail::tcp_server>(port);
       port_ = server_->port();
     } else if (port == 0) {
       throw error(errc::invalid_argument, "cannot connect to a rendezvous store at tcp://" + host_ + ":0");
     }
+    connect();
+  }
+
+  /// A client of `server`, which this process runs already; the server lives as long as
+  /// any of its holders (open_store's: detail/job_server.hpp).
+  tcp_store(std::string host, std::shared_ptr<detail::tcp_server> server, std::chrono::milliseconds timeout)
+      : host_(std::move(host)), port_(server->port()), timeout_(bounded_timeout(timeout)), server_(std::move(server)) {
     connect();
   }
 
@@ -250,7 +258,7 @@ class tcp_store final : public store {
   std::string host_;
   int port_;
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<detail::tcp_server> server_;  // before fd_: our connection closes first
+  std::shared_ptr<detail::tcp_server> server_;  // before fd_: our connection closes first
   std::mutex mutex_;
   detail::unique_fd fd_;
   bool answered_ = false;  // the server has answered a request on fd_

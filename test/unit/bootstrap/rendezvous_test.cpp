@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -80,6 +81,67 @@ TEST(open_store, master_addr_and_port_open_a_tcp_store_rank_0_serves) {
   EXPECT_EQ(server->where(), "tcp://127.0.0.1:" + port);
   client->set("k", bytes("v"));
   EXPECT_EQ(server->get("k", 1s), bytes("v"));
+}
+
+// A communicator destroyed and made again, or two at once (test/integration/recreate_test.cpp):
+// before, each of rank 0's stores ran its own server, which went with it under the other
+// ranks, and a second one could not bind the port.
+TEST(open_store, rank_0s_process_serves_the_job_store_until_it_exits) {
+  const std::string port = std::to_string(tcp_store("127.0.0.1", 0, true, 1s).port());  // free again now
+  const environment vars = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}};
+  auto first = mimatrix::bootstrap::open_store(rank_of(0, 2), 1s, lookup(vars));
+  auto peer = mimatrix::bootstrap::open_store(rank_of(1, 2), 1s, lookup(vars));
+  auto second = mimatrix::bootstrap::open_store(rank_of(0, 2), 1s, lookup(vars));  // at once
+  first->set("a", bytes("1"));
+  EXPECT_EQ(second->get("a", 0ms), bytes("1"));
+  first.reset();
+  second.reset();
+  peer->set("b", bytes("2"));  // rank 0 has no store now, and the peer's is still served
+  auto third = mimatrix::bootstrap::open_store(rank_of(0, 2), 1s, lookup(vars));
+  EXPECT_EQ(third->get("b", 0ms), bytes("2"));
+  EXPECT_EQ(text(peer->get("a", 0ms)), "1");
+}
+
+// ThreadSanitizer ends the child of a process with threads once it starts one (its
+// die_after_fork), and here both have threads: the servers.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool forks_with_threads = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool forks_with_threads = false;
+#else
+constexpr bool forks_with_threads = true;
+#endif
+#else
+constexpr bool forks_with_threads = true;
+#endif
+
+TEST(open_store, a_forked_child_serves_its_own_job_store_and_exits) {
+  if (!forks_with_threads) GTEST_SKIP() << "ThreadSanitizer: a child may not start threads after a fork with threads";
+  const std::string parents = std::to_string(tcp_store("127.0.0.1", 0, true, 1s).port());
+  const environment vars = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", parents}};
+  mimatrix::bootstrap::open_store(rank_of(0, 2), 1s, lookup(vars))->set("k", bytes("still served"));
+  const std::string childs = std::to_string(tcp_store("127.0.0.1", 0, true, 1s).port());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Its copy of the parent's server has no thread and the parent's sockets: stopping it
+    // at exit would stop the parent's.
+    ::alarm(10);
+    const environment own = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", childs}};
+    auto s = mimatrix::bootstrap::open_store(rank_of(0, 2), 1s, lookup(own));
+    s->set("k", bytes("v"));
+    const bool served = s->get("k", 0ms) == bytes("v");
+    s.reset();
+    // What exit does, without LeakSanitizer's check at exit: it would take what the
+    // parent's threads (not here) held for leaks.
+    mimatrix::bootstrap::detail::job_servers_here().stop();
+    ::_exit(served ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(text(mimatrix::bootstrap::open_store(rank_of(1, 2), 1s, lookup(vars))->get("k", 0ms)), "still served");
 }
 
 TEST(open_store, mimatrix_store_tcp_and_file) {
