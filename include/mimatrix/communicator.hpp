@@ -121,7 +121,7 @@ class communicator {
   }
 
   Transport transport_;
-  detail::communicator_state state_;
+  detail::communicator_state state_{transport_.rank()};
 };
 
 }  // namespace mimatrix

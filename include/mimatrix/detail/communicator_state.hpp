@@ -23,8 +23,9 @@ class plan_cache;
 /// As its communicator: one thread at a time.
 class communicator_state {
  public:
-  /// Settings from the environment (options::from_environment).
-  MIMATRIX_DECL communicator_state();
+  /// Settings from the environment (options::from_environment); a malformed one is an
+  /// `invalid_argument` naming rank `rank`.
+  MIMATRIX_DECL explicit communicator_state(int rank);
   MIMATRIX_DECL ~communicator_state();
   communicator_state(const communicator_state&) = delete;
   communicator_state& operator=(const communicator_state&) = delete;

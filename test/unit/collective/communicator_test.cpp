@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
@@ -78,6 +79,26 @@ TEST(communicator, the_longest_timeout_means_never_not_an_overflow) {
     sum(v);
     EXPECT_EQ(v[999], 3) << "rank " << r;
   });
+}
+
+// A malformed setting in the environment was refused without saying on which rank.
+TEST(communicator, a_malformed_setting_in_the_environment_is_named_with_the_rank) {
+  ::setenv("MIMATRIX_TIMEOUT_MS", "soon", 1);
+  std::atomic<int> named{0};
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    try {
+      communicator<inproc> comm(w, r);
+      ADD_FAILURE() << "rank " << r << " accepted MIMATRIX_TIMEOUT_MS=soon";
+    } catch (const error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), errc::invalid_argument) << what;
+      EXPECT_EQ(what.rfind("rank " + std::to_string(r) + ": ", 0), 0u) << what;
+      EXPECT_NE(what.find("MIMATRIX_TIMEOUT_MS"), std::string::npos) << what;
+      ++named;
+    }
+  });
+  ::unsetenv("MIMATRIX_TIMEOUT_MS");
+  EXPECT_EQ(named.load(), 2);
 }
 
 // A collectives object or a typed collective kept past its communicator refuses its calls

@@ -22,8 +22,13 @@ struct communicator_state::calls {
   std::atomic<std::thread::id> owner{};
 };
 
-MIMATRIX_DECL communicator_state::communicator_state()
-    : options_(options::from_environment()), calls_(std::make_unique<calls>()) {}
+MIMATRIX_DECL communicator_state::communicator_state(int rank) : calls_(std::make_unique<calls>()) {
+  try {
+    options_ = options::from_environment();
+  } catch (const error& e) {
+    throw error(e.code(), "rank " + std::to_string(rank) + ": " + e.reason());
+  }
+}
 
 MIMATRIX_DECL communicator_state::~communicator_state() = default;
 
