@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
@@ -65,7 +66,9 @@ struct call_options {
   std::uint32_t tag = 0;
 
   /// The algorithm it pins; empty where it leaves the choice to algorithm::automatic.
-  std::string pinned_algorithm() const { return algorithm == "automatic" ? std::string() : algorithm; }
+  std::string_view pinned_algorithm() const {
+    return algorithm == "automatic" ? std::string_view() : std::string_view(algorithm);
+  }
 };
 
 }  // namespace mimatrix

@@ -26,13 +26,15 @@ struct collectives_core::impl {
   }
 
   /// One engine (and plan-cache owner) per algorithm name, made on first use; a call on
-  /// a destroyed communicator is refused before the engine touches it.
+  /// a destroyed communicator is refused before a new engine touches it (an engine's
+  /// start() refuses it too).
   engine_core& engine(schedule::collective kind, const call_options& options) {
-    refuse_if_destroyed(alive, transport.rank, schedule::to_string(kind));
-    std::string pinned = options.pinned_algorithm();
+    const std::string_view pinned = options.pinned_algorithm();
     if (auto it = engines.find(pinned); it != engines.end()) return it->second;
-    engine_core made(comm, transport, source(topology.get(), pinned, transport.rank, transport.size, suggested));
-    return engines.emplace(std::move(pinned), std::move(made)).first->second;
+    refuse_if_destroyed(alive, transport.rank, schedule::to_string(kind));
+    std::string name(pinned);
+    engine_core made(comm, transport, source(topology.get(), name, transport.rank, transport.size, suggested));
+    return engines.emplace(std::move(name), std::move(made)).first->second;
   }
 
   communicator_state& comm;

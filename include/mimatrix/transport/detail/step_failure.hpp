@@ -85,16 +85,17 @@ inline void step_executor::check_time() {
     // Silent peers whose processes run on this host are alive, only busy outside mimatrix
     // (a caller-driven rank in a long step): they may still come, so the call waits for its
     // deadline and then times out. Any other silence is a loss, named now.
-    if (silent.empty()) {
-    } else if (const auto running = running_peers(silent); running.size() == silent.size()) {
-      book_->clock.silent_but_running = joined(running);
-    } else {
-      std::string who;
-      for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
-      return fail(errc::peer_lost,
-                  describe(stuck_context(), "rank(s) " + who +
-                                                " did not answer a liveness probe (exited, killed, or stuck outside "
-                                                "mimatrix) while " + stuck_reason()));
+    if (!silent.empty()) {
+      if (const auto running = running_peers(silent); running.size() == silent.size()) {
+        book_->clock.silent_but_running = joined(running);
+      } else {
+        std::string who;
+        for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
+        return fail(errc::peer_lost,
+                    describe(stuck_context(), "rank(s) " + who +
+                                                  " did not answer a liveness probe (exited, killed, or stuck "
+                                                  "outside mimatrix) while " + stuck_reason()));
+      }
     }
   }
   if (clock::now() >= book_->clock.deadline) {
