@@ -8,10 +8,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -30,7 +33,7 @@ namespace mimatrix::bootstrap {
 /// A value is written to a temporary name and renamed into place, so readers see all of it
 /// or nothing; add() holds an flock() on `<dir>/.lock` while it reads and rewrites its key.
 /// get() polls for the file, sleeping between looks (1 ms, doubling up to 20 ms). The
-/// directory is not cleaned up: give each job its own.
+/// directory itself is not removed (erase_prefix() empties it of keys): give each job its own.
 ///
 /// @par Thread Safety
 /// One object may be shared by threads; many processes, on many hosts, may share the
@@ -80,6 +83,22 @@ class file_store final : public store {
     now = static_cast<std::int64_t>(static_cast<std::uint64_t>(now) + static_cast<std::uint64_t>(delta));
     write_file(key, detail::counter_bytes(now));
     return now;  // the lock is released when `lock` closes
+  }
+
+  /// Unlinks the files of the keys under `prefix`. An encoded name never starts with '.',
+  /// so the lock and temporary files are never among them.
+  std::int64_t erase_prefix(const std::string& prefix) override {
+    const std::string encoded = path_of(prefix).substr(directory_.size() + 1, 3 * prefix.size());
+    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(directory_.c_str()), ::closedir);
+    if (!dir) fail("open directory " + directory_, errno);
+    std::int64_t erased = 0;
+    while (const dirent* entry = ::readdir(dir.get())) {
+      const std::string_view name = entry->d_name;
+      if (name.starts_with('.') || !name.starts_with(encoded)) continue;
+      if (::unlinkat(::dirfd(dir.get()), entry->d_name, 0) == 0) ++erased;
+      else if (errno != ENOENT) fail("unlink " + directory_ + "/" + std::string(name), errno);
+    }
+    return erased;
   }
 
   std::string where() const override { return "file:" + directory_; }

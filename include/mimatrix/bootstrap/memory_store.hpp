@@ -57,6 +57,14 @@ class memory_store final : public store {
     return now;
   }
 
+  std::int64_t erase_prefix(const std::string& prefix) override {
+    std::lock_guard lock(mutex_);
+    auto it = values_.lower_bound(prefix);
+    std::int64_t erased = 0;
+    for (; it != values_.end() && it->first.starts_with(prefix); ++erased) it = values_.erase(it);
+    return erased;
+  }
+
   std::string where() const override { return "memory:"; }
 
  private:

@@ -50,6 +50,15 @@ class store {
     return add(key, delta);
   }
 
+  /// Removes every key that begins with `prefix` and returns how many there were: what a
+  /// finished group leaves behind (a fabric endpoint erases its own once all its ranks
+  /// said goodbye). Gets still waiting on such a key go on waiting. A store that cannot
+  /// erase keeps the keys and returns 0, as this default does.
+  virtual std::int64_t erase_prefix(const std::string& prefix) {
+    (void)prefix;
+    return 0;
+  }
+
   /// Where the store lives, for messages ("tcp://10.0.0.1:29500", "file:/tmp/job").
   virtual std::string where() const = 0;
 

@@ -99,6 +99,13 @@ class tcp_store final : public store {
     return static_cast<std::int64_t>(detail::get_uint(value.data(), 8));
   }
 
+  std::int64_t erase_prefix(const std::string& prefix) override {
+    auto [status, value] = request(detail::tcp_op::erase_prefix, prefix, {}, timeout_);
+    if (value.size() != 8)
+      throw error(errc::transport, "erase of keys under '" + prefix + "' at " + where() + ": malformed reply");
+    return static_cast<std::int64_t>(detail::get_uint(value.data(), 8));
+  }
+
   std::string where() const override { return "tcp://" + host_ + ":" + std::to_string(port_); }
 
   /// The port the store is reached on (the kernel's pick when constructed with port 0).

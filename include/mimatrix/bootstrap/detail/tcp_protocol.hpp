@@ -2,7 +2,9 @@
 //
 // Every message is a frame: a 4-byte big-endian length, then that many bytes of body.
 //   request: u8 op, u32 key length, key, then  set: value | get: u32 timeout ms | add: i64 delta
-//   reply:   u8 status, then  ok: value (get) or i64 (add) or nothing (set) | error: message
+//            | erase_prefix: nothing (the key is the prefix)
+//   reply:   u8 status, then  ok: value (get) or i64 (add: the sum; erase_prefix: the keys
+//            erased) or nothing (set) | error: message
 // A get of an absent key waits in the server, which answers at once when some rank sets the
 // key, or `timeout` after the request with status timeout: the client never spins.
 // Both ends bound a frame by max_key_bytes and max_value_bytes (store.hpp): the server
@@ -20,7 +22,7 @@
 
 namespace mimatrix::bootstrap::detail {
 
-enum class tcp_op : std::uint8_t { set = 1, get = 2, add = 3 };
+enum class tcp_op : std::uint8_t { set = 1, get = 2, add = 3, erase_prefix = 4 };
 enum class tcp_status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
 
 inline constexpr std::size_t tcp_max_request = 1 + 4 + max_key_bytes + max_value_bytes;  // larger is garbage
@@ -31,6 +33,11 @@ inline void put_u32(std::vector<std::byte>& out, std::uint32_t v) {
 }
 inline void put_u64(std::vector<std::byte>& out, std::uint64_t v) {
   for (int shift = 56; shift >= 0; shift -= 8) out.push_back(static_cast<std::byte>(v >> shift));
+}
+inline std::vector<std::byte> u64_bytes(std::uint64_t v) {
+  std::vector<std::byte> out;
+  put_u64(out, v);
+  return out;
 }
 inline std::uint64_t get_uint(const std::byte* p, int bytes) {
   std::uint64_t v = 0;

@@ -377,10 +377,17 @@ class tcp_server {
         auto value = std::make_shared<const std::vector<std::byte>>(counter_bytes(now));
         if (!room_to_store(c, key, value->size())) return;
         store(key, std::move(value));
-        std::vector<std::byte> sum;
-        put_u64(sum, static_cast<std::uint64_t>(now));
-        reply(c, tcp_status::ok, sum.data(), sum.size());
+        reply_count(c, now);
         return wake(key);
+      }
+      case tcp_op::erase_prefix: {
+        if (rest_length != 0) return close(c);
+        std::int64_t erased = 0;
+        for (auto it = values_.lower_bound(key); it != values_.end() && it->first.starts_with(key); ++erased) {
+          stored_ -= it->first.size() + it->second->size();
+          it = values_.erase(it);
+        }
+        return reply_count(c, erased);
       }
     }
     close(c);  // an unknown operation: not one of our clients
@@ -426,6 +433,10 @@ class tcp_server {
   void reply(client& c, tcp_status status, const std::byte* data = nullptr, std::size_t n = 0) {
     c.out.push_back({reply_head(status, 0, data, n), nullptr});
     flush(c);
+  }
+  void reply_count(client& c, std::int64_t n) {
+    const auto bytes = u64_bytes(static_cast<std::uint64_t>(n));
+    reply(c, tcp_status::ok, bytes.data(), bytes.size());
   }
   void reply(client& c, const value_ptr& value) {
     c.out.push_back({reply_head(tcp_status::ok, value->size()), value});

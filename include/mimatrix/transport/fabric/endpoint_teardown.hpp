@@ -22,7 +22,7 @@ inline endpoint::~endpoint() {
 inline void endpoint::say_goodbye() noexcept {
   // A disable()d endpoint (no ep_) still counts itself in: its peers would wait for it
   // until their limit (seen: a broadcast's root, 60 s after its peer's mismatch over tcp).
-  if (!store_ || size_ == 1) return;
+  if (!store_) return;
   try {
     // Every store request is bounded by what is left: a frozen rank 0 (its store's host)
     // must not hold the others past the limit.
@@ -33,12 +33,18 @@ inline void endpoint::say_goodbye() noexcept {
       return std::max(std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()), std::chrono::milliseconds(1));
     };
     const std::string key = prefix_ + "goodbye";
-    store_->add_within(key, 1, left());
-    while (clock::now() < until && store_->add_within(key, 0, left()) < size_) {
+    std::int64_t here = size_ == 1 ? 1 : store_->add_within(key, 1, left());
+    while (here < size_ && clock::now() < until) {
       for (int k = 0; k < 64; ++k) progress();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
+      here = store_->add_within(key, 0, left());
     }
     for (int k = 0; k < 64; ++k) progress();
+    // The last rank through erases the group's keys (a few hundred bytes a rank), so that a
+    // job remaking communicators does not fill its store. Before, a rank still counting
+    // goodbyes would lose its counter. After a failure they stay: not every rank comes.
+    if (here >= size_ && (size_ == 1 || store_->add_within(prefix_ + "gone", 1, left()) == size_))
+      store_->erase_prefix(prefix_);
   } catch (...) {
     // The store's host (rank 0) may close first once everyone arrived, or be frozen.
   }
