@@ -25,7 +25,8 @@ class allgather {
  public:
   using value_type = T;
 
-  explicit allgather(communicator<Transport>& comm, Topology topology = {}, Algorithm algorithm = {})
+  explicit allgather(communicator<Transport>& comm, Topology topology = {},
+                     detail::algorithm_argument<Algorithm> algorithm = {})
       : engine_(comm, std::move(topology), std::move(algorithm)) {}
 
   /// `options`: a deadline, a tag, a stream (see allreduce).

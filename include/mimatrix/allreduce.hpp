@@ -33,8 +33,8 @@ class allreduce {
  public:
   using value_type = typename Reduction::value_type;
 
-  explicit allreduce(communicator<Transport>& comm, Topology topology = {}, Algorithm algorithm = {},
-                     Reduction op = {})
+  explicit allreduce(communicator<Transport>& comm, Topology topology = {},
+                     detail::algorithm_argument<Algorithm> algorithm = {}, Reduction op = {})
       : engine_(comm, std::move(topology), std::move(algorithm)), op_(op) {}
 
   /// Out of place: `output` = reduction of every rank's `input`. Equal sizes. `options`

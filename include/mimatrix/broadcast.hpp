@@ -26,7 +26,8 @@ class broadcast {
  public:
   using value_type = T;
 
-  explicit broadcast(communicator<Transport>& comm, Topology topology = {}, Algorithm algorithm = {})
+  explicit broadcast(communicator<Transport>& comm, Topology topology = {},
+                     detail::algorithm_argument<Algorithm> algorithm = {})
       : engine_(comm, std::move(topology), std::move(algorithm)) {}
 
   /// `options`: a deadline, a tag, a stream (see allreduce).

@@ -24,8 +24,8 @@ class reduce_scatter {
  public:
   using value_type = typename Reduction::value_type;
 
-  explicit reduce_scatter(communicator<Transport>& comm, Topology topology = {}, Algorithm algorithm = {},
-                          Reduction op = {})
+  explicit reduce_scatter(communicator<Transport>& comm, Topology topology = {},
+                          detail::algorithm_argument<Algorithm> algorithm = {}, Reduction op = {})
       : engine_(comm, std::move(topology), std::move(algorithm)), op_(op) {}
 
   /// `options`: a deadline, a tag, a stream (see allreduce).

@@ -1,6 +1,7 @@
 // request: the handle a non-blocking collective returns. Progress happens inside
 // test() and wait(), as in MPI; a request that goes out of scope waits first, so
 // no peer can still be reading the caller's buffers, and reports a failure on stderr.
+// A failed request keeps its error: every later wait() or test() reports it again.
 #pragma once
 
 #include <cstdio>
@@ -20,20 +21,27 @@ class [[nodiscard]] request {
  public:
   request() = default;
   explicit request(std::unique_ptr<detail::operation> op) : op_(std::move(op)) {}
-  request(request&&) noexcept = default;
+  request(request&& other) noexcept
+      : op_(std::move(other.op_)),
+        failed_(std::exchange(other.failed_, {})),
+        last_message_(std::move(other.last_message_)) {}
   request& operator=(request&& other) noexcept {
     if (this != &other) {
       finish_quietly();
       op_ = std::move(other.op_);
+      failed_ = std::exchange(other.failed_, {});
+      last_message_ = std::move(other.last_message_);
     }
     return *this;
   }
   ~request() { finish_quietly(); }
 
-  /// True when there is an operation that has not been waited for.
+  /// True when there is an operation that has not been waited for (after its wait or a
+  /// test that saw it end: false, failed or not).
   bool valid() const { return op_ != nullptr; }
 
-  /// Progresses without blocking; true when complete. Throws `mimatrix::error` if it failed.
+  /// Progresses without blocking; true when complete. Throws `mimatrix::error` if it failed,
+  /// and again at every later call.
   [[nodiscard]] bool test() {
     std::error_code ec;
     const bool done = test(ec);
@@ -41,21 +49,22 @@ class [[nodiscard]] request {
     return done;
   }
   [[nodiscard]] bool test(std::error_code& ec) {
-    ec.clear();
+    ec = failed_;
     if (!op_) return true;
     if (!op_->test(ec)) return false;
     release(ec);
     return true;
   }
 
-  /// Blocks until complete. Throws `mimatrix::error` if it failed.
+  /// Blocks until complete. Throws `mimatrix::error` if it failed, and again at every
+  /// later call: a caller that waits twice never reads a failed call as done.
   void wait() {
     std::error_code ec;
     wait(ec);
     if (ec) throw error(ec, last_message_);
   }
   void wait(std::error_code& ec) {
-    ec.clear();
+    ec = failed_;
     if (!op_) return;
     op_->wait(ec);
     release(ec);
@@ -64,6 +73,7 @@ class [[nodiscard]] request {
  private:
   void release(const std::error_code& ec) {
     if (ec) last_message_ = op_->message();
+    failed_ = ec;
     op_.reset();
   }
   /// Waits for a request dropped unfinished; its error has no one to go to, so it goes to
@@ -80,6 +90,7 @@ class [[nodiscard]] request {
   }
 
   std::unique_ptr<detail::operation> op_;
+  std::error_code failed_;  // kept: reported by every later wait() and test()
   std::string last_message_;
 };
 

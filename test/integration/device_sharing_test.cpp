@@ -498,8 +498,15 @@ int ring_allreduce_that_fails(device::host_port::settings port_settings, bool ho
 }
 
 // Rank 1's input is host memory, which no peer can open: every rank fails the call, and
-// the one that could not share says which buffer and why.
+// the one that could not share says which buffer and why. The port takes host memory for
+// its work here, so the call gets as far as sharing the buffer.
 MIMATRIX_SCENARIO(unshareable_buffer) {
+  return ring_allreduce_that_fails({.lag = 0us, .device_memory_only = false}, true);
+}
+
+// The same where the port refuses host memory (a GPU's): rank 1 names its buffer at the
+// call's start (device::port::not_device_memory), before any peer could touch it.
+MIMATRIX_SCENARIO(host_buffer_on_a_device_stream) {
   return ring_allreduce_that_fails({.lag = 0us, .device_memory_only = true}, true);
 }
 
@@ -633,6 +640,13 @@ TEST_P(device_sharing, a_buffer_no_peer_can_open_fails_every_rank_and_is_named) 
   EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
   EXPECT_NE(result.output[1].find("cannot share its input buffer"), std::string::npos) << test::all_output(result);
   EXPECT_NE(result.output[1].find("rank 1"), std::string::npos) << test::all_output(result);
+}
+
+TEST_P(device_sharing, a_host_buffer_on_a_device_stream_fails_every_rank_and_is_named_by_its_rank) {
+  const auto result = test::run_ranks(3, GetParam(), "host_buffer_on_a_device_stream", mailboxes_on);
+  EXPECT_EQ(result.exit_code, 0) << test::all_output(result);
+  EXPECT_NE(result.output[1].find("rank 1, allreduce #0: the input (16384 bytes) is host memory"), std::string::npos)
+      << test::all_output(result);
 }
 
 TEST_P(device_sharing, a_peer_dead_in_a_direct_gdraa_call_fails_the_others_in_time_naming_it) {

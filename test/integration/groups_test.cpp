@@ -91,9 +91,8 @@ MIMATRIX_SCENARIO(named_groups) {
     id.size = 2;
     id.local_rank = rank_in_pair;
     id.local_size = 2;
-    transport::fabric_options o;
-    o.group = name;
-    return communicator<fabric>(id, store, o);
+    // Named alone, as docs/bootstrap.md does: no field may lack a default (-Wextra).
+    return communicator<fabric>(id, store, transport::fabric_options{.group = name});
   };
   if (r <= 1) {
     communicator<fabric> a = pair(r, "pair01");

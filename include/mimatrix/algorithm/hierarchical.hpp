@@ -67,6 +67,10 @@ concept phase_for = !std::is_void_v<resolved_t<Algorithm, Topology>> &&
 /// Immutable: `build` may be called from any number of threads.
 template <class LocalAlgo = topology_default, class GlobalAlgo = topology_default>
 class hierarchical {
+  static_assert(detail::composable<LocalAlgo> && detail::composable<GlobalAlgo>,
+                "mimatrix: a one-sided algorithm (gdraa) cannot be a phase of algorithm::hierarchical: its phases "
+                "run as messages; name ring, recursive_doubling or halving_doubling");
+
  public:
   static constexpr std::string_view name = "hierarchical";
 

@@ -38,8 +38,8 @@ namespace mimatrix::bootstrap {
 /// A plain value.
 struct launch_options {
   int ranks = 1;
-  std::vector<std::string> argv;  // the program (looked up on PATH) and its arguments
-  std::vector<std::pair<std::string, std::string>> env;  // extra variables; they win over ours
+  std::vector<std::string> argv{};  // the program (looked up on PATH) and its arguments
+  std::vector<std::pair<std::string, std::string>> env{};  // extra variables; they win over ours
   bool capture = false;  // keep each rank's output in launch_result::output instead of printing it
   bool prefix = true;    // "[rank] " before every line (stdout lines to stdout, stderr to stderr)
   std::chrono::milliseconds grace{10000};  // after the first rank fails, how long the others get before SIGTERM

@@ -50,14 +50,14 @@ struct call_options {
   /// An algorithm by name ("ring", "gdraa", "hdrm", "halving_doubling",
   /// "recursive_doubling", "hierarchical"), or empty for algorithm::automatic (the cost
   /// model, or a MIMATRIX_ALGO rule), as "automatic" is. Every rank must name the same one.
-  std::string algorithm;
+  std::string algorithm{};
   /// A deadline for this call instead of the communicator's; positive.
-  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<std::chrono::milliseconds> timeout{};
   /// Set: the buffers are device memory of the stream's port, and the call is ordered on
   /// the stream as NCCL's calls are: it runs after the work queued there before it, and
   /// the work queued there after it sees its result. Keep the request until then (a
   /// dropped one waits on the host). Unset: host memory.
-  std::optional<device::stream> stream;
+  std::optional<device::stream> stream{};
   /// The caller's label of this call (a bucket's index, say), which every rank must give
   /// the same call. Calls still match by their order of starting; a rank whose call at
   /// that place carries another tag fails with `mismatch`, naming both, where two

@@ -36,11 +36,19 @@ const reduce::host_kernels& kernels_of() {
   else return reduce::host_kernels_of<Op>;
 }
 
+/// What a typed collective's constructor takes for `Algorithm`: a stand-in where the
+/// topology has no default (void), so that collective_engine's static_assert is the first
+/// error a user reads, not "invalid parameter type 'void'".
+struct no_default_algorithm {};
+template <class Algorithm>
+using algorithm_argument = std::conditional_t<std::is_void_v<Algorithm>, no_default_algorithm, Algorithm>;
+
 /// The engine of a typed collective: `Algorithm` on `Topology` over `Transport`.
 template <transport::backend Transport, topology::layout Topology, class Algorithm>
 class collective_engine {
   static_assert(!std::is_void_v<Algorithm>,
-                "mimatrix: no default algorithm is known for this topology; name one as the last template argument");
+                "mimatrix: no default algorithm is known for this topology (nor for a hierarchical one with a "
+                "part whose default is one-sided, as a mesh's gdraa); name one as the last template argument");
   static_assert(algorithm::builds_for<Algorithm, Topology>,
                 "mimatrix: this algorithm cannot build schedules for this topology; pick one that supports it");
 

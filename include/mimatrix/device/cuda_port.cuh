@@ -377,6 +377,19 @@ class cuda_port final : public port {
   bool shares_memory() const override { return true; }
   /// libfabric's FI_HMEM_CUDA on this port's device (GPUDirect RDMA where the provider can).
   network_memory network() const override { return {network_memory::interface::cuda, device_}; }
+  /// Pageable host memory, which no kernel reads; device, pinned and managed memory pass.
+  std::string not_device_memory(const void* p, std::size_t bytes) const override {
+    cudaPointerAttributes attributes{};
+    if (bytes == 0) return {};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      cudaGetLastError();  // cannot tell: the call goes on, as before
+      return {};
+    }
+    if (attributes.type != cudaMemoryTypeUnregistered) return {};
+    return "pageable host memory at " + describe_address(p) +
+           " (not from cudaMalloc, cudaMallocHost or cudaMallocManaged)";
+  }
+
   /// The CUDA IPC handle of the cudaMalloc allocation that holds [p, p + bytes).
   shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset) override {
     here();

@@ -255,6 +255,10 @@ class host_port final : public port {
     std::lock_guard lock(mutex_);
     return find_block(p, bytes) != device_memory_.end();
   }
+  std::string not_device_memory(const void* p, std::size_t bytes) const override {
+    const bool fine = !settings_.device_memory_only || bytes == 0 || on_device(p, bytes);
+    return fine ? std::string() : "host memory at " + describe_address(p);
+  }
 
   bool shares_memory() const override { return true; }
   /// Its "device" memory is host memory, which a network reads as such (settings).
@@ -441,7 +445,6 @@ class host_port final : public port {
                                                 std::to_string(bytes) + " bytes touches host memory at " +
                                                 describe_address(p) + ", not device memory: a GPU kernel would fault there");
   }
-
 
   /// As settings::allocations_wait_for_device says: until the work queued so far on every
   /// stream is done.

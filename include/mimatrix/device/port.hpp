@@ -108,6 +108,15 @@ class port {
   virtual void* allocate_device(std::size_t bytes) = 0;
   virtual void free_device(void* p, std::size_t bytes) noexcept = 0;
 
+  /// Why [p, p + bytes) cannot be a call's device buffer ("host memory at 0x..."); empty
+  /// where it can, or where the port cannot tell. A call checks its own buffers with it,
+  /// so that the rank that holds a wrong one names it, not a peer whose kernel faults there.
+  virtual std::string not_device_memory(const void* p, std::size_t bytes) const {
+    (void)p;
+    (void)bytes;
+    return {};
+  }
+
   /// Whether export_memory() and import_memory() work: processes on this node can read
   /// each other's device memory directly (CUDA IPC), with no copy through the host.
   virtual bool shares_memory() const { return false; }

@@ -200,11 +200,20 @@ void release_successors(const schedule& s, step_id id, Counts& pending, std::vec
 /// One builder, one thread.
 class builder {
  public:
+  /// Throws invalid_argument, naming the rank and the call, for a descriptor no schedule
+  /// can have: a group of no ranks, a rank outside it, elements of 0 bytes, or a broadcast
+  /// root outside the group (a generator divides by the element size and the group).
   builder(const descriptor& desc, int rank, std::string_view algorithm) {
     s_.desc = desc;
     s_.rank = rank;
     s_.algorithm = algorithm;
     s_.dep_begin.push_back(0);
+    const std::string p = std::to_string(desc.size);
+    if (desc.size < 1) refuse("a group of " + p + " ranks");
+    if (rank < 0 || rank >= desc.size) refuse("rank " + std::to_string(rank) + " is outside a group of " + p);
+    if (desc.elem_size == 0) refuse("elements of 0 bytes");
+    if (desc.kind == collective::broadcast && (desc.root < 0 || desc.root >= desc.size))
+      refuse("root " + std::to_string(desc.root) + " is outside a group of " + p);
     if (desc.input_bytes() >= region::offset_limit || desc.output_bytes() >= region::offset_limit)
       too_far("a buffer (" + std::to_string(std::max(desc.input_bytes(), desc.output_bytes())) + " bytes)");
   }
@@ -325,10 +334,13 @@ class builder {
     if (v.capacity() - v.size() >= v.capacity() / 4) v.shrink_to_fit();
   }
 
-  [[noreturn]] void too_far(const std::string& what) const {
+  [[noreturn]] void refuse(const std::string& what) const {
     throw error(errc::invalid_argument, "schedule::builder: rank " + std::to_string(s_.rank) + ", " + s_.algorithm +
-                                            " " + std::string(to_string(s_.desc.kind)) + ": " + what +
-                                            " reaches past 2^56 bytes, the limit of region offsets");
+                                            " " + std::string(to_string(s_.desc.kind)) + ": " + what);
+  }
+
+  [[noreturn]] void too_far(const std::string& what) const {
+    refuse(what + " reaches past 2^56 bytes, the limit of region offsets");
   }
 
   schedule s_;

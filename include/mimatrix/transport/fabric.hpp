@@ -40,7 +40,7 @@ struct fabric_options {
   /// libfabric provider, e.g. "shm", "tcp;ofi_rxm", "verbs;ofi_rxm", "efa".
   /// Empty: MIMATRIX_PROVIDER, else FI_PROVIDER, else "shm" when every rank runs on this
   /// host, else libfabric's first choice.
-  std::string provider;
+  std::string provider{};
   /// How long start-up (store, address exchange) may take. MIMATRIX_STARTUP_TIMEOUT_MS,
   /// else 60 s.
   std::optional<std::chrono::milliseconds> startup_timeout{};

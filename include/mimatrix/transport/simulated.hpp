@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -49,20 +50,28 @@ std::vector<std::shared_ptr<const schedule::schedule>> build_schedules(const Top
   if (desc.size < 1) return plans;
   plans[0] = std::make_shared<const schedule::schedule>(algorithm.build(topology, desc, 0));
   const int workers = std::clamp(int(std::thread::hardware_concurrency()), 1, std::max(1, desc.size / 64));
+  // A build that throws on a worker thread is rethrown here, not std::terminate().
+  std::vector<std::exception_ptr> failed(static_cast<std::size_t>(workers));
   const auto build_from = [&](int first) {
-    for (int r = first; r < desc.size; r += workers) {
-      if (r == 0) continue;
-      auto mine = algorithm.build(topology, desc, r);
-      if (share_rotations && is_rotation(*plans[0], mine, r))
-        plans[std::size_t(r)] = plans[0];
-      else
-        plans[std::size_t(r)] = std::make_shared<const schedule::schedule>(std::move(mine));
+    try {
+      for (int r = first; r < desc.size; r += workers) {
+        if (r == 0) continue;
+        auto mine = algorithm.build(topology, desc, r);
+        if (share_rotations && is_rotation(*plans[0], mine, r))
+          plans[std::size_t(r)] = plans[0];
+        else
+          plans[std::size_t(r)] = std::make_shared<const schedule::schedule>(std::move(mine));
+      }
+    } catch (...) {
+      failed[std::size_t(first)] = std::current_exception();
     }
   };
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) threads.emplace_back(build_from, w);
   build_from(0);
   for (auto& t : threads) t.join();
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
   return plans;
 }
 

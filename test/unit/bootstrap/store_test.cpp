@@ -7,6 +7,7 @@
 #include "mimatrix/bootstrap/file_store.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
 #include "mimatrix/bootstrap/tcp_store.hpp"
+#include "support/refusal.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -24,18 +25,7 @@ using mimatrix::bootstrap::max_key_bytes;
 using mimatrix::bootstrap::max_value_bytes;
 using mimatrix::bootstrap::store;
 
-/// The message of what `set` throws, checking that it is invalid_argument.
-template <class F>
-std::string refusal(F set) {
-  try {
-    set();
-  } catch (const mimatrix::error& e) {
-    EXPECT_EQ(e.code(), errc::invalid_argument) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return {};
-}
+using mimatrix::test::refusal;
 
 /// A memory store, a file store in `dir` (emptied first) and a tcp store serving itself.
 std::vector<std::unique_ptr<store>> every_store(const std::filesystem::path& dir) {

@@ -9,9 +9,11 @@
 
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/broadcast.hpp"
+#include "mimatrix/collectives.hpp"
 #include "mimatrix/device/host_port.hpp"
 #include "mimatrix/transport/inproc.hpp"
 #include "support/collective_checks.hpp"
+#include "support/device_array.hpp"
 
 namespace mimatrix {
 namespace {
@@ -52,6 +54,47 @@ TEST(allreduce, repeated_calls_reuse_cached_schedules_and_stay_correct) {
 // The typed façade takes call_options too: a tag (ranks that differ fail with mismatch), a
 // deadline of its own, and a stream for device buffers; an algorithm is refused, since
 // the type fixes it.
+// Found by a black-box test: rank 1's host buffer in a call on device streams failed
+// every rank with rank 2's error ("a reduce_many ... touches host memory", a peer's pass
+// reading it); the rank that holds it now names it, before anything runs.
+TEST(allreduce, a_host_buffer_on_a_device_stream_is_named_by_the_rank_that_holds_it) {
+  device::host_port dev({.lag = std::chrono::microseconds(0), .device_memory_only = true});
+  transport::run_inproc(3, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(std::chrono::seconds(60));
+    collectives<inproc> coll(comm);
+    const device::stream s{&dev, dev.make_stream()};
+    test::device_array<std::int32_t> on_device(dev, 1000, r + 1), out(dev, 1000);
+    std::vector<std::int32_t> on_host(1000, r + 1);
+    const std::int32_t* in = r == 1 ? on_host.data() : on_device.data();
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      coll.allreduce(in, out.data(), 1000, dtype::int32, reduce::op_kind::sum, {.stream = s}).wait();
+      ADD_FAILURE() << "rank " << r << ": the call ran";
+    } catch (const error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), errc::invalid_argument) << what;
+      EXPECT_NE(what.find("rank 1, allreduce #0: the input (4000 bytes) is host memory at"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "rank " << r;
+    // The output is checked too; device buffers on every rank then run exactly.
+    try {
+      coll.allreduce(on_device.data(), r == 0 ? on_host.data() : out.data(), 1000, dtype::int32,
+                     reduce::op_kind::sum, {.stream = s})
+          .wait();
+      ADD_FAILURE() << "rank " << r << ": the call ran";
+    } catch (const error& e) {
+      if (r == 0) {
+        EXPECT_NE(std::string(e.what()).find("the output (4000 bytes) is host memory"), std::string::npos) << e.what();
+      }
+    }
+    coll.allreduce(on_device.data(), out.data(), 1000, dtype::int32, reduce::op_kind::sum, {.stream = s}).wait();
+    dev.synchronize(s.handle);
+    EXPECT_EQ(out[999], 6) << "rank " << r;
+    dev.free_stream(s.handle);
+  });
+}
+
 TEST(allreduce, a_typed_call_takes_a_tag_a_deadline_and_a_stream_but_no_algorithm) {
   using namespace std::chrono_literals;
   device::host_port dev({.lag = std::chrono::microseconds(200)});

@@ -233,6 +233,36 @@ TEST(collectives, a_tag_given_alike_runs_and_tags_that_differ_fail_naming_both) 
   });
 }
 
+// Found by a black-box test: in-process ranks that named different algorithms (or whose
+// typed collectives did) waited for each other until the deadline, then timed out.
+// Over fabric the packed signature carries the algorithm's digest; in process the board
+// compares the names, and the call fails at once, naming both.
+TEST(collectives, ranks_that_run_different_algorithms_fail_with_mismatch_naming_both_before_the_deadline) {
+  transport::run_inproc(4, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(60s);
+    collectives<inproc> coll(comm);
+    std::vector<std::int32_t> v(1000, r);
+    call_options o;
+    o.algorithm = r == 2 ? "halving_doubling" : "ring";
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      coll.allreduce(v.data(), v.data(), v.size(), dtype::int32, reduce::op_kind::sum, o).wait();
+      ADD_FAILURE() << "rank " << r << ": ring and halving_doubling ran as one call";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::mismatch) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'ring'"), std::string::npos) << what;
+      EXPECT_NE(what.find("'halving_doubling'"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "rank " << r << " waited for the deadline";
+    o.algorithm = "ring";  // the communicator goes on
+    std::vector<std::int32_t> again(1000, r);
+    coll.allreduce(again.data(), again.data(), again.size(), dtype::int32, reduce::op_kind::sum, o).wait();
+    EXPECT_EQ(again[999], 6);
+  });
+}
+
 TEST(collectives, the_barrier_returns_only_after_every_rank_entered) {
   std::atomic<int> entered{0};
   transport::run_inproc(3, [&](int r, inproc::world& w) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "mimatrix/algorithm/ring.hpp"
@@ -78,6 +79,46 @@ TEST(nonblocking, a_dropped_request_whose_call_fails_says_so_on_stderr) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("mimatrix WARN a request dropped without wait() failed: "), std::string::npos) << err;
   EXPECT_NE(err.find("timed out"), std::string::npos) << err;
+}
+
+// Found by a black-box test: a second wait() or test() of a failed request returned as
+// if the call had succeeded; a caller that waits twice (a retry loop, a cleanup) read a
+// failed call as done.
+TEST(nonblocking, a_failed_request_reports_its_error_at_every_later_wait_and_test) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(std::chrono::milliseconds(100));
+    sum_t sum(comm);
+    std::vector<std::int64_t> v(r == 0 ? 11 : 10, 1);  // the counts disagree: both fail
+    auto pending = sum.start(v);
+    std::string first;
+    try {
+      pending.wait();
+      ADD_FAILURE() << "rank " << r << ": the call succeeded";
+    } catch (const error& e) {
+      first = e.what();
+    }
+    EXPECT_FALSE(pending.valid());
+    for (int again = 0; again < 2; ++again) {
+      try {
+        pending.wait();
+        ADD_FAILURE() << "rank " << r << ": a later wait() succeeded";
+      } catch (const error& e) {
+        EXPECT_EQ(std::string(e.what()), first);
+      }
+      EXPECT_THROW((void)pending.test(), error);
+      std::error_code ec;
+      pending.wait(ec);
+      EXPECT_TRUE(ec) << "rank " << r;
+    }
+    request moved = std::move(pending);  // the error goes with the request
+    EXPECT_THROW(moved.wait(), error);
+    // A request that succeeded waits again at no cost and without error.
+    std::vector<std::int64_t> ok(10, 1);
+    auto fine = sum.start(ok);
+    fine.wait();
+    EXPECT_NO_THROW(fine.wait());
+  });
 }
 
 }  // namespace

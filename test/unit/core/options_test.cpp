@@ -2,11 +2,30 @@
 
 #include <gtest/gtest.h>
 
+#include "mimatrix/bootstrap/launch.hpp"
+
 #include <cstdlib>
 #include <string>
 
 namespace mimatrix {
 namespace {
+
+// Found by a black-box test: the README's `{.algorithm = "ring", .timeout = ...}` failed a
+// user's g++ build with -Wextra -Werror ("missing initializer for member stream"): g++
+// warns for a member left out of a designated initializer unless it has a default member
+// initializer. This file is built with -Wextra (and -Werror in CI): it fails to compile if
+// one goes missing.
+TEST(options, a_designated_initializer_may_name_any_fields_and_the_rest_keep_their_defaults) {
+  const call_options o{.algorithm = "ring", .timeout = std::chrono::seconds(30)};
+  EXPECT_FALSE(o.stream.has_value());
+  EXPECT_EQ(o.tag, 0u);
+  const call_options tagged{.tag = 7};
+  EXPECT_TRUE(tagged.algorithm.empty());
+  EXPECT_FALSE(tagged.timeout.has_value());
+  const bootstrap::launch_options l{.ranks = 2};
+  EXPECT_TRUE(l.argv.empty());
+  EXPECT_TRUE(l.env.empty());
+}
 
 TEST(options, default_deadline_is_finite) {
   ::unsetenv("MIMATRIX_TIMEOUT_MS");

@@ -11,37 +11,23 @@
 #include <vector>
 
 #include "mimatrix/device/host_port.hpp"
+#include "support/forwarding_port.hpp"
 
 namespace mimatrix::device {
 namespace {
 
 /// A host port that counts the host and device memory it hands out and takes back.
-class counting_port final : public port {
+class counting_port final : public test::forwarding_port {
  public:
   std::string_view name() const override { return "counting"; }
   stream_handle make_stream() override {
     made_while_making += making;
-    return inner_.make_stream();
+    return forwarding_port::make_stream();
   }
   void free_stream(stream_handle s) noexcept override {
     ++streams_freed;
-    inner_.free_stream(s);
+    forwarding_port::free_stream(s);
   }
-  void copy(stream_handle s, void* dst, const void* src, std::size_t bytes) override { inner_.copy(s, dst, src, bytes); }
-  void combine(stream_handle s, const reduce::host_kernels& k, void* dst, const void* a, const void* b,
-               std::size_t bytes) override {
-    inner_.combine(s, k, dst, a, b, bytes);
-  }
-  void finalize(stream_handle s, const reduce::host_kernels& k, void* data, std::size_t bytes, int ranks) override {
-    inner_.finalize(s, k, data, bytes, ranks);
-  }
-  event record(stream_handle s) override { return inner_.record(s); }
-  bool done(event e) override { return inner_.done(e); }
-  void free_event(event e) noexcept override { inner_.free_event(e); }
-  void wait(stream_handle s, event e) override { inner_.wait(s, e); }
-  gate hold(stream_handle s) override { return inner_.hold(s); }
-  void open(stream_handle s, gate g) override { inner_.open(s, g); }
-  void synchronize(stream_handle s) override { inner_.synchronize(s); }
 
   void* allocate_host(std::size_t bytes) override {
     made_while_making += making;
@@ -58,14 +44,14 @@ class counting_port final : public port {
 
   void* allocate_device(std::size_t bytes) override {
     made_while_making += making;
-    void* p = inner_.allocate_device(bytes);
+    void* p = forwarding_port::allocate_device(bytes);
     live_device[p] = bytes;
     return p;
   }
   void free_device(void* p, std::size_t bytes) noexcept override {
     EXPECT_EQ(live_device[p], bytes) << "freed with another size than allocated";
     live_device.erase(p);
-    inner_.free_device(p, bytes);
+    forwarding_port::free_device(p, bytes);
   }
 
   std::map<void*, std::size_t> live, live_device;
@@ -73,9 +59,6 @@ class counting_port final : public port {
   int streams_freed = 0;
   bool making = false;        // within made_outside's make(), where a lock would be held
   int made_while_making = 0;  // streams and buffers made there
-
- private:
-  host_port inner_;
 };
 
 // A stream a call in flight: calls at once get their own (a shared one hung two calls on

@@ -12,6 +12,7 @@
 
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/topology/ring.hpp"
+#include "support/refusal.hpp"
 
 namespace {
 
@@ -92,6 +93,30 @@ TEST(schedule, builder_refuses_a_later_dependency) {
   EXPECT_TRUE(deps_and_successors_agree(s));
 }
 
+// Found by a black-box test: elements of 0 bytes ended the process with SIGFPE in the ring's
+// chunking (through ring::build or the simulator), and a broadcast root outside the group
+// reached the simulator as "a message that no receive takes".
+TEST(schedule, builder_refuses_a_descriptor_no_schedule_can_have_naming_rank_and_call) {
+  using mimatrix::test::refusal;
+  const mimatrix::topology::ring topo;
+  const mimatrix::algorithm::ring ring;
+  EXPECT_NE(refusal([&] { (void)ring.build(topo, {collective::allreduce, 8, 1000, 0, 0}, 2); })
+                .find("rank 2, ring allreduce: elements of 0 bytes"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { (void)ring.build(topo, {collective::broadcast, 8, 1000, es, 9}, 0); })
+                .find("rank 0, ring broadcast: root 9 is outside a group of 8"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { (void)ring.build(topo, {collective::broadcast, 8, 1000, es, -1}, 0); }).find("root -1"),
+            std::string::npos);
+  EXPECT_NE(refusal([] { builder({collective::allgather, 4, 10, es, 0}, 4, "test"); })
+                .find("rank 4, test allgather: rank 4 is outside a group of 4"),
+            std::string::npos);
+  EXPECT_NE(refusal([] { builder({collective::allgather, 0, 10, es, 0}, 0, "test"); }).find("a group of 0 ranks"),
+            std::string::npos);
+  // A root is a broadcast's alone: the others keep whatever the field holds.
+  EXPECT_NO_THROW((void)ring.build(topo, {collective::allreduce, 8, 1000, es, 9}, 7));
+}
+
 TEST(schedule, builder_refuses_offsets_past_56_bits) {
   const auto refuses = [](auto&& make, const std::string& what) {
     try {
@@ -105,7 +130,7 @@ TEST(schedule, builder_refuses_offsets_past_56_bits) {
     ADD_FAILURE() << "no error for " << what;
   };
   // A buffer so large that its offsets could not be held.
-  refuses([] { builder({collective::allreduce, 2, region::offset_limit / es, es, 0}, 3, "test"); }, "rank 3");
+  refuses([] { builder({collective::allreduce, 4, region::offset_limit / es, es, 0}, 3, "test"); }, "rank 3");
   builder b({collective::allreduce, 2, 2, es, 0}, 1, "test");
   (void)b.scratch(region::offset_limit - 8);
   refuses([&] { (void)b.scratch(8); }, "scratch");

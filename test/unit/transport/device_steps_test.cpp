@@ -28,6 +28,7 @@
 #include "mimatrix/transport/inproc.hpp"
 #include "support/device_array.hpp"
 #include "support/dtypes.hpp"
+#include "support/forwarding_port.hpp"
 #include "support/small_values.hpp"
 
 namespace mimatrix {
@@ -584,16 +585,17 @@ TEST(device_steps, a_mismatch_fails_every_rank_and_frees_their_streams) {
 
 // A device that refuses a call's work (here: a combine in host memory, which a GPU's
 // kernel cannot read) fails the call on every rank with what it said, instead of
-// throwing out of the progress thread; the streams go on.
+// throwing out of the progress thread; the streams go on. The port here cannot tell
+// host memory at the call's start (port::not_device_memory), so its work refuses it.
 TEST(device_steps, work_the_device_refuses_fails_the_call_and_names_why) {
-  device::host_port dev(late(10us));
+  test::forwarding_port dev(late(10us));
   transport::run_inproc(2, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);
     collectives<inproc> coll(comm);
     const device::stream_handle s = dev.make_stream();
     std::vector<std::int32_t> host(1000, 1);  // not device memory
-    auto pending = coll.allreduce(host.data(), host.data(), host.size(), dtype::int32, reduce::op_kind::sum,
-                                  on(dev, s, "ring", 5s));
+    call_options o{.algorithm = "ring", .timeout = 5s, .stream = device::stream{&dev, s}};
+    auto pending = coll.allreduce(host.data(), host.data(), host.size(), dtype::int32, reduce::op_kind::sum, o);
     try {
       pending.wait();
       ADD_FAILURE() << "rank " << r << ": a combine in host memory was taken";
@@ -604,7 +606,7 @@ TEST(device_steps, work_the_device_refuses_fails_the_call_and_names_why) {
       }
     }
     bool after = false;
-    dev.enqueue(s, [&] { after = true; });
+    dev.inner().enqueue(s, [&] { after = true; });
     dev.synchronize(s);
     EXPECT_TRUE(after);
     dev.free_stream(s);

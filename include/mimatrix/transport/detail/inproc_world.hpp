@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -118,21 +119,31 @@ class inproc_world {
   /// Records that `rank` entered call `sig.sequence` (waking ranks that wait for it);
   /// returns a failure if its signature differs from one already there, recorded
   /// for every rank to see.
-  std::optional<failure> join(int rank, const signature& sig) {
+  /// `algorithm` (the schedule's) must agree too: ranks of one shape that run different
+  /// algorithms would each wait for messages the others never send.
+  std::optional<failure> join(int rank, const signature& sig, std::string_view algorithm = {}) {
     std::optional<failure> result;
     {
       std::lock_guard lock(board_mutex_);
       entry& e = board(sig.sequence);
       e.joined[rank] = sig;
+      e.algorithms[rank] = algorithm;
       if (e.failed) return e.failed;
-      for (int other = 0; other < size(); ++other)
-        if (e.joined[other] && !(*e.joined[other] == sig)) {
-          e.failed = failure{errc::mismatch, "rank " + std::to_string(rank) + " called " + to_string(sig) +
-                                                 " but rank " + std::to_string(other) + " called " +
-                                                 to_string(*e.joined[other])};
-          result = e.failed;
-          break;
-        }
+      for (int other = 0; other < size(); ++other) {
+        if (!e.joined[other]) continue;
+        std::string why;
+        if (!(*e.joined[other] == sig))
+          why = "rank " + std::to_string(rank) + " called " + to_string(sig) + " but rank " + std::to_string(other) +
+                " called " + to_string(*e.joined[other]);
+        else if (e.algorithms[other] != algorithm)
+          why = "rank " + std::to_string(rank) + " runs " + to_string(sig) + " with algorithm '" +
+                std::string(algorithm) + "' but rank " + std::to_string(other) + " with '" + e.algorithms[other] +
+                "' (each rank's call_options::algorithm, typed algorithm, or what automatic chose for its memory)";
+        if (why.empty()) continue;
+        e.failed = failure{errc::mismatch, why};
+        result = e.failed;
+        break;
+      }
     }
     notify_everyone();
     return result;
@@ -174,13 +185,17 @@ class inproc_world {
  private:
   struct entry {
     std::vector<std::optional<signature>> joined;
+    std::vector<std::string> algorithms;  // by rank, as joined
     std::optional<failure> failed;
     int left = 0;
   };
 
   entry& board(std::uint64_t sequence) {
     entry& e = board_[sequence];
-    if (e.joined.empty()) e.joined.resize(boxes_.size());
+    if (e.joined.empty()) {
+      e.joined.resize(boxes_.size());
+      e.algorithms.resize(boxes_.size());
+    }
     return e;
   }
 

@@ -1,11 +1,16 @@
 // What a simulated rank's processor and software cost, besides the network.
 #pragma once
 
+#include <string>
+
+#include "mimatrix/core/error.hpp"
+
 namespace mimatrix::transport::simulated {
 
 /// The compute side of the α-β-γ model, per rank.
 struct compute_costs {
-  /// γ⁻¹: recv_reduce, reduce and reduce_slots combine this many bytes a second.
+  /// γ⁻¹: recv_reduce, reduce and reduce_slots combine this many bytes a second; 0: free
+  /// (the network alone).
   double reduce_bytes_per_second = 20e9;
   /// Local copies; 0: free (they overlap, or are pointer swaps).
   double copy_bytes_per_second = 0;
@@ -14,5 +19,20 @@ struct compute_costs {
   /// LogGP's g: one rank starts its messages at least this far apart.
   double message_gap = 0;
 };
+
+/// `c`, or errc::invalid_argument naming the field that no processor could have.
+inline const compute_costs& checked(const compute_costs& c) {
+  const auto fail = [](const std::string& what) {
+    throw error(errc::invalid_argument, "transport::simulated::compute_costs: " + what);
+  };
+  if (!(c.reduce_bytes_per_second >= 0))
+    fail("reduce_bytes_per_second must not be negative (0: reductions are free), got " +
+         std::to_string(c.reduce_bytes_per_second));
+  if (!(c.copy_bytes_per_second >= 0))
+    fail("copy_bytes_per_second must not be negative (0: copies are free), got " +
+         std::to_string(c.copy_bytes_per_second));
+  if (!(c.message_overhead >= 0) || !(c.message_gap >= 0)) fail("message_overhead and message_gap must not be negative");
+  return c;
+}
 
 }  // namespace mimatrix::transport::simulated

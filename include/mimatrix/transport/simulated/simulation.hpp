@@ -54,7 +54,7 @@ struct run_result {
 /// One thread; a simulation is used for one call and then discarded.
 class simulation final : private detail::rank_host {
  public:
-  simulation(cluster& net, compute_costs costs) : cluster_(net), costs_(costs) {}
+  simulation(cluster& net, compute_costs costs) : cluster_(net), costs_(checked(costs)) {}
 
   /// Runs `plans[r]` on rank r. `inputs`/`outputs` are empty (no payload) or hold one
   /// buffer per rank, sized as the plans' descriptor says.

@@ -23,6 +23,7 @@
 #include "mimatrix/topology/hierarchical.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
+#include "support/refusal.hpp"
 
 namespace mimatrix::transport::simulated {
 namespace {
@@ -218,6 +219,49 @@ TEST(simulation, schedules_that_never_meet_are_named_not_run_forever) {
     const std::string what = e.what();
     EXPECT_TRUE(e.code() == errc::timeout || e.code() == errc::mismatch) << what;
     EXPECT_NE(what.find("rank "), std::string::npos) << what;
+  }
+}
+
+// Found by a black-box test: a broadcast root outside the group was told as "a message
+// that no receive takes", elements of 0 bytes ended the process with SIGFPE, and negative
+// rates ran.
+TEST(simulation, a_configuration_no_cluster_could_have_is_refused_naming_it) {
+  auto net = make_contention_free({.ranks = 8, .pcie_gbps = 0});
+  using test::refusal;
+  const schedule::descriptor fine{collective::allreduce, 8, 1000, 4};
+  const auto ring_on = [&](const schedule::descriptor& d, compute_costs costs = {}) {
+    (void)simulate(net, topology::ring{}, algorithm::ring{}, d, costs);
+  };
+  for (const double bad : {-1.0, std::nan("")})
+    EXPECT_NE(refusal([&] { ring_on(fine, {.reduce_bytes_per_second = bad}); }).find("reduce_bytes_per_second"),
+              std::string::npos);
+  EXPECT_NE(refusal([&] { ring_on(fine, {.copy_bytes_per_second = -1}); }).find("copy_bytes_per_second"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { ring_on(fine, {.message_gap = -1e-6}); }).find("message_gap"), std::string::npos);
+  EXPECT_NE(refusal([&] { ring_on({collective::broadcast, 8, 1000, 4, 9}); }).find("root 9 is outside a group of 8"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { ring_on({collective::allreduce, 8, 1000, 0}); }).find("elements of 0 bytes"),
+            std::string::npos);
+  // Free reductions are said with 0, as free copies are.
+  EXPECT_NO_THROW(ring_on(fine, {.reduce_bytes_per_second = 0}));
+}
+
+/// The ring's schedules, but rank 101's build throws: a worker thread builds it.
+struct ring_failing_at_101 {
+  static constexpr std::string_view name = "ring";
+  schedule::schedule build(const topology::ring& topo, const schedule::descriptor& d, int rank) const {
+    if (rank == 101) throw error(errc::invalid_argument, "rank 101 cannot build");
+    return algorithm::ring{}.build(topo, d, rank);
+  }
+};
+
+TEST(simulation, a_schedule_that_fails_to_build_on_a_worker_thread_is_an_error_of_the_call) {
+  const schedule::descriptor d{collective::allreduce, 256, 1024, 4};
+  try {
+    (void)build_schedules(topology::ring{}, ring_failing_at_101{}, d, true);
+    FAIL() << "nothing thrown";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 101 cannot build"), std::string::npos) << e.what();
   }
 }
 
