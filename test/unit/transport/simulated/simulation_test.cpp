@@ -248,7 +248,6 @@ TEST(simulation, a_configuration_no_cluster_could_have_is_refused_naming_it) {
 
 /// The ring's schedules, but rank 101's build throws: a worker thread builds it.
 struct ring_failing_at_101 {
-  static constexpr std::string_view name = "ring";
   schedule::schedule build(const topology::ring& topo, const schedule::descriptor& d, int rank) const {
     if (rank == 101) throw error(errc::invalid_argument, "rank 101 cannot build");
     return algorithm::ring{}.build(topo, d, rank);
