@@ -1,0 +1,4 @@
+// SNIPPET_HEAD
+int main() {
+// SNIPPET
+}
