@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../examples/strict_number.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,9 +45,21 @@ std::pair<double, double> usage_of(pid_t pid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int workers = argc > 1 ? std::atoi(argv[1]) : 256;
-  const int seconds = argc > 2 ? std::atoi(argv[2]) : 10;
-  const int beat_ms = argc > 3 ? std::atoi(argv[3]) : 100;
+  int workers = 256, seconds = 10, beat_ms = 100;
+  try {
+    namespace ex = mimatrix::examples;
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h")
+        return std::printf("usage: job_server_bench [workers=256] [seconds=10] [heartbeat_ms=100]\n"), 0;
+    if (argc > 4) throw std::invalid_argument("at most three arguments");
+    if (argc > 1) workers = int(ex::parse_integer("workers", argv[1], 1, 65536));
+    if (argc > 2) seconds = int(ex::parse_integer("seconds", argv[2], 1, 86400));
+    if (argc > 3) beat_ms = int(ex::parse_integer("heartbeat_ms", argv[3], 1, 600000));
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "job_server_bench: %s\nusage: job_server_bench [workers=256] [seconds=10] [heartbeat_ms=100]\n",
+                 e.what());
+    return 2;
+  }
   const std::string secret = "bench-secret";
   const int port = 20000 + int(::getpid() % 20000);
   const pid_t server = ::fork();

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <string>
 #include <functional>
 #include <random>
 #include <thread>
@@ -115,7 +116,15 @@ void print_row(const result& r) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // No options: say so rather than run minutes of measurements on a mistyped one.
+  if (argc > 1) {
+    const std::string a = argv[1];
+    const bool help = a == "--help" || a == "-h";
+    if (!help) std::fprintf(stderr, "sufficient_factor_bench: takes no arguments, not '%s'\n", a.c_str());
+    std::fprintf(help ? stdout : stderr, "usage: sufficient_factor_bench   (fixed sizes; see the file's comment)\n");
+    return help ? 0 : 2;
+  }
   std::printf("# sufficient factors vs allreduce, %zux%zu layer, float32, inproc ranks as threads on %u cores\n\n",
               outputs, inputs, std::thread::hardware_concurrency());
   std::printf("## K = 32, P = 2, 4, 8 (the rule: P*32*3048 <= 4096000, so SFB up to P = 41)\n\n");

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "mimatrix/transport/inproc.hpp"
+
+#include "../../examples/strict_number.hpp"
 
 namespace {
 
@@ -85,33 +88,41 @@ void measure(mimatrix::communicator<Transport>& comm, const settings& s, const c
   if (sink == 42) std::puts("");
 }
 
-settings parse(int argc, char** argv) {
+void usage(std::FILE* f) {
+  std::fprintf(f, "usage: overlap_perf [--transport inproc|fabric] [-n ranks (inproc)] [--iters N] "
+                  "[--compute-ms MS] [--mib SIZE]\n"
+                  "  fabric's ranks are processes: mimatrix-run -n 2 overlap_perf --transport fabric\n");
+}
+
+settings parse(int argc, char** argv) try {
+  namespace ex = mimatrix::examples;
   settings s;
+  bool ranks_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "overlap_perf: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--transport") s.transport = next();
-    else if (a == "-n") s.ranks = std::stoi(next());
-    else if (a == "--iters") s.iters = std::stoi(next());
-    else if (a == "--compute-ms") s.compute_ms = std::stod(next());
-    else if (a == "--mib") s.mib = {std::size_t(std::stoul(next()))};
-    else {
-      std::fprintf(stderr, "usage: overlap_perf [--transport inproc|fabric] [-n ranks] [--iters N] "
-                           "[--compute-ms MS] [--mib SIZE]\n");
-      std::exit(2);
-    }
+    if (a == "--help" || a == "-h") usage(stdout), std::exit(0);
+    else if (a == "--transport") s.transport = next();
+    else if (a == "-n") s.ranks = int(ex::parse_integer(a, next(), 1, 1024)), ranks_given = true;
+    else if (a == "--iters") s.iters = int(ex::parse_integer(a, next(), 1, 1 << 20));
+    else if (a == "--compute-ms") s.compute_ms = ex::parse_number(a, next(), 0, 1e6);
+    else if (a == "--mib") s.mib = {std::size_t(ex::parse_integer(a, next(), 1, 1 << 16))};
+    else throw std::invalid_argument("unknown option " + a);
   }
-  if (s.transport != "inproc" && s.transport != "fabric") {
-    std::fprintf(stderr, "overlap_perf: --transport must be inproc or fabric, got '%s'\n", s.transport.c_str());
-    std::exit(2);
-  }
+  if (s.transport != "inproc" && s.transport != "fabric")
+    throw std::invalid_argument("--transport must be inproc or fabric, not '" + s.transport + "'");
+  // fabric's ranks come from the launcher; -n would be silently ignored.
+  if (s.transport == "fabric" && ranks_given)
+    throw std::invalid_argument("-n is for inproc; run fabric's ranks as processes: mimatrix-run -n " +
+                                std::to_string(s.ranks) + " overlap_perf --transport fabric");
   return s;
+} catch (const std::invalid_argument& e) {
+  std::fprintf(stderr, "overlap_perf: %s\n", e.what());
+  usage(stderr);
+  std::exit(2);
 }
 
 }  // namespace

@@ -6,11 +6,14 @@
 //   studies: speed nic topology gdraa hierarchical resnet (default: all)
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "mimatrix/algorithm/gdraa.hpp"
@@ -76,7 +79,12 @@ class data_file {
  public:
   data_file(const settings& s, const std::string& name, const std::string& header) {
     if (s.out.empty()) return;
-    out_.open(s.out + "/" + name + ".dat");
+    const std::string path = s.out + "/" + name + ".dat";
+    out_.open(path);
+    if (!out_) {  // not silently: the plots would show the last run's data
+      std::fprintf(stderr, "scale_studies: cannot write %s\n", path.c_str());
+      std::exit(1);
+    }
     out_ << "# " << header << "\n";
   }
   template <class... T>
@@ -288,8 +296,19 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") s.quick = true;
-    else if (a == "--out" && i + 1 < argc) s.out = argv[++i];
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--out") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "scale_studies: --out needs a directory\n");
+        return 2;
+      }
+      s.out = argv[++i];
+      // The .dat files are written at the end of each study: a missing directory would
+      // be found out only then, and silently.
+      if (std::error_code ec; !std::filesystem::is_directory(s.out, ec)) {
+        std::fprintf(stderr, "scale_studies: --out %s is not an existing directory\n", std::string(s.out).c_str());
+        return 2;
+      }
+    } else if (a == "-h" || a == "--help") {
       std::printf("usage: scale_studies [--quick] [--out DIR] [speed|nic|topology|gdraa|hierarchical|resnet ...]\n");
       return 0;
     } else wanted.push_back(a);

@@ -4,10 +4,14 @@
 //   quickstart [ranks=4] [max_bytes=64M]
 #include <mimatrix/mimatrix.hpp>
 
+#include "../strict_number.hpp"
+
 #include <barrier>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,23 +21,45 @@ using ring_sum = mx::allreduce<inproc, mx::topology::ring, mx::reduce::sum<float
 
 namespace {
 
-std::size_t parse_bytes(const char* text) {
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
+// "64M", "1K", "4096": a whole size in bytes, K/M/G powers of 1024.
+std::size_t parse_bytes(const std::string& text) {
+  std::string digits = text;
+  std::int64_t unit = 1;
+  if (!digits.empty()) switch (digits.back()) {
+      case 'K': case 'k': unit = std::int64_t{1} << 10; break;
+      case 'M': case 'm': unit = std::int64_t{1} << 20; break;
+      case 'G': case 'g': unit = std::int64_t{1} << 30; break;
+      default: break;
+    }
+  if (unit != 1) digits.pop_back();
+  const std::int64_t max = (std::int64_t{1} << 40) / unit;  // a terabyte: beyond any test here
+  try {
+    return std::size_t(mx::examples::parse_integer("max_bytes", digits, 1, max) * unit);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("max_bytes takes a size such as 4096, 64K or 64M (at least 1, at most 1T), not '" +
+                                text + "'");
   }
-  return static_cast<std::size_t>(v);
 }
+
+void print_usage() { std::printf("usage: quickstart [ranks=4, 1..256] [max_bytes=64M]\n"); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int ranks = argc > 1 ? std::atoi(argv[1]) : 4;
-  const std::size_t max_bytes = argc > 2 ? parse_bytes(argv[2]) : std::size_t(64) << 20;
+  int ranks = 4;
+  std::size_t max_bytes = std::size_t(64) << 20;
+  try {
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return print_usage(), 0;
+    if (argc > 3) throw std::invalid_argument("at most two arguments");
+    // Threads of this process: a few hundred is already far past the cores.
+    if (argc > 1) ranks = int(mx::examples::parse_integer("ranks", argv[1], 1, 256));
+    if (argc > 2) max_bytes = parse_bytes(argv[2]);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "quickstart: %s\n", e.what());
+    print_usage();
+    return 2;
+  }
   std::printf("# mimatrix %d.%d.%d quick start: ring allreduce, %d in-process ranks\n", MIMATRIX_VERSION_MAJOR,
               MIMATRIX_VERSION_MINOR, MIMATRIX_VERSION_PATCH, ranks);
   std::printf("# busbw = algbw * 2(p-1)/p, as in nccl-tests; #wrong counts elements off the exact sum\n");

@@ -14,31 +14,47 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/transport/fabric.hpp"
+#include "../strict_number.hpp"
 #include "worker.hpp"
 
 namespace mx = mimatrix;
 using mx::transport::fabric;
 using clock_type = std::chrono::steady_clock;
 
+const char* const usage =
+    "usage: job_worker --port P [--address 127.0.0.1] [--steps 50] [--elements 1048576] [--reconnect-ms MS]\n"
+    "The shared secret comes from MIMATRIX_JOB_SECRET.\n";
+
+/// The flag's value as a whole number in [low, high]; throws naming the flag.
+long long number(const std::string& flag, const std::string& v, long long low, long long high) {
+  return mx::examples::parse_integer(flag, v, low, high);
+}
+
 int main(int argc, char** argv) try {
   mx::job::worker_settings settings;
   std::uint64_t steps = 50;
   std::size_t elements = std::size_t(1) << 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") return std::fputs(usage, stdout), 0;
+    if (i + 1 >= argc) return std::fprintf(stderr, "job_worker: %s needs a value\n%s", a.c_str(), usage), 2;
+    const std::string v = argv[i + 1];
     if (a == "--address") settings.address = v;
-    else if (a == "--port") settings.port = std::uint16_t(std::stoi(v));
-    else if (a == "--steps") steps = std::stoull(v);
-    else if (a == "--elements") elements = std::stoull(v);
-    else if (a == "--reconnect-ms") settings.reconnect_for = std::chrono::milliseconds(std::stol(v));
-    else throw std::runtime_error("job_worker: unknown option " + a);
+    else if (a == "--port") settings.port = std::uint16_t(number(a, v, 1, 65535));
+    else if (a == "--steps") steps = std::uint64_t(number(a, v, 1, 1ll << 62));
+    else if (a == "--elements") elements = std::size_t(number(a, v, 1, 1ll << 40));
+    else if (a == "--reconnect-ms") settings.reconnect_for = std::chrono::milliseconds(number(a, v, 0, 1ll << 40));
+    else return std::fprintf(stderr, "job_worker: unknown option %s\n%s", a.c_str(), usage), 2;
   }
+  if (settings.port == 0) return std::fprintf(stderr, "job_worker: --port is required\n%s", usage), 2;
   settings.secret = mx::job::load_secret();
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -57,25 +73,33 @@ int main(int argc, char** argv) try {
     if (a.resume_step >= steps) break;
     mx::transport::fabric_options options;
     options.group = mx::job::group_name(a);
-    mx::communicator<fabric> comm(mx::job::identity_of(a), std::make_shared<mx::job::job_store>(client, a.generation),
-                                  options);
+    // A generation revoked while it forms (a rank died in its rendezvous) ends the
+    // rendezvous at once; the next assignment follows.
+    std::optional<mx::communicator<fabric>> comm;
+    try {
+      comm.emplace(mx::job::identity_of(a), std::make_shared<mx::job::job_store>(client, a.generation), options);
+    } catch (const mx::error& e) {
+      std::printf("job_worker: generation %llu did not form: %s\n", static_cast<unsigned long long>(a.generation), e.what());
+      std::fflush(stdout);
+      continue;
+    }
     {
       std::lock_guard lock(current_mutex);
-      current = &comm.transport();
+      current = &comm->transport();
     }
-    if (client.revoked() >= a.generation) comm.transport().abort("revoked before it started");
+    if (client.revoked() >= a.generation) comm->transport().abort("revoked before it started");
     std::printf("job_worker: generation %llu, rank %u of %u, local batch %u, samples [%llu, %llu), from step %llu\n",
                 static_cast<unsigned long long>(a.generation), a.rank, a.size, a.local_batch,
                 static_cast<unsigned long long>(a.shard_begin), static_cast<unsigned long long>(a.shard_end),
                 static_cast<unsigned long long>(a.resume_step));
-    mx::allreduce<fabric, mx::topology::ring, mx::reduce::sum<float>> sum(comm);
+    mx::allreduce<fabric, mx::topology::ring, mx::reduce::sum<float>> sum(*comm);
     std::vector<float> gradient(elements);
     std::uint64_t step = a.resume_step;
     bool finished = false;
     try {
       while (step < steps) {
         const auto t0 = clock_type::now();
-        std::fill(gradient.begin(), gradient.end(), float(comm.rank() + 1));  // stands for a backward pass
+        std::fill(gradient.begin(), gradient.end(), float(comm->rank() + 1));  // stands for a backward pass
         const auto t1 = clock_type::now();
         sum(gradient);
         const auto t2 = clock_type::now();

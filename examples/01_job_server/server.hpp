@@ -88,6 +88,11 @@ inline split split_by_throughput(const std::vector<double>& speed, std::uint32_t
     return exact[a] - s.batch[a] > exact[b] - s.batch[b];
   });
   for (std::size_t k = 0; given < global_batch; k = (k + 1) % n, ++given) ++s.batch[order[k]];
+  // A member far slower than the rest (a late joiner's first guess) still gets a sample a
+  // step, from the largest batch: a batch of 0 is no rank's share of the work.
+  if (global_batch >= n)
+    for (std::size_t i = 0; i < n; ++i)
+      if (s.batch[i] == 0) --*std::max_element(s.batch.begin(), s.batch.end()), s.batch[i] = 1;
   std::uint64_t at = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t len = global_batch ? samples * s.batch[i] / global_batch : samples / n;
@@ -191,8 +196,8 @@ class job_server {
   /// The group as `job_server status` prints it.
   std::string status() const {
     std::ostringstream o;
-    o << "generation " << generation_ << (running_ ? " running" : " forming") << ", " << members_.size()
-      << " ranks, last completed step " << resume_step_ << "\n";
+    o << "generation " << generation_ << (running_ ? " running" : done_ ? " done" : " forming") << ", "
+      << members_.size() << " ranks, last completed step " << completed_step() << "\n";
     const auto now = clock::now();
     for (const auto& m : members_) {
       o << "  rank " << m->rank << "  worker " << m->id << "  " << m->info.host << "  step " << m->last.step
@@ -323,6 +328,18 @@ class job_server {
       revoke_all("rank " + std::to_string(s->rank) + " (worker " + std::to_string(s->id) + ", " + s->info.host +
                  ") " + why);
     }
+    // A closed session is no rank any more (status lists only live ones); its last step
+    // stays the generation's once every member has left: the job is done.
+    if (std::find(members_.begin(), members_.end(), s) != members_.end()) {
+      resume_step_ = std::max(resume_step_, s->left ? completed_step() : resume_step_);
+      std::erase(members_, s);
+      if (members_.empty() && running_ && s->left) {
+        running_ = false;
+        done_ = true;
+        log("generation " + std::to_string(generation_) + " done: every member left");
+        save_state();
+      }
+    }
   }
 
   void handle(const session_ptr& s, message m) {
@@ -423,7 +440,9 @@ class job_server {
   }
 
   void maybe_form(clock::time_point now) {
-    const auto ready = candidates();
+    auto ready = candidates();
+    const std::size_t all = ready.size();
+    if (all > settings_.global_batch) ready.resize(settings_.global_batch);  // a sample a rank at least
     if (!saved_.empty() && !adopt_saved(ready, now)) return;
     if (running_) {
       for (const auto& s : ready)
@@ -436,13 +455,26 @@ class job_server {
     if (ready.empty()) return;
     const int n = int(ready.size());
     const bool waited = first_waiting_ && now - *first_waiting_ >= settings_.form_after;
-    if (n >= settings_.expected || (n >= settings_.minimum && (waited || generation_ > 0))) form(ready);
+    if (n >= settings_.expected || (n >= settings_.minimum && (waited || generation_ > 0))) {
+      if (all > ready.size())
+        log(std::to_string(all - ready.size()) + " worker(s) wait: a global batch of " +
+            std::to_string(settings_.global_batch) + " gives at most " + std::to_string(ready.size()) + " ranks");
+      form(ready);
+    }
   }
 
   void revoke_all(const std::string& why) {
     if (!running_) return;
     log("generation " + std::to_string(generation_) + " revoked: " + why);
     for (const auto& m : members_) m->send(revoke{generation_, why});
+    // Its rendezvous will not complete: waiting gets end now, not at their timeouts.
+    const std::string prefix = "g" + std::to_string(generation_) + "/";
+    std::erase_if(gets_, [&](const pending_get& g) {
+      if (g.key.rfind(prefix, 0) != 0) return false;
+      if (auto who = g.who.lock())
+        who->send(store_reply{g.id, store_reply::outcome::error, {}, 0, "generation " + std::to_string(generation_) + " was revoked"});
+      return true;
+    });
     running_ = false;
     ++revoked_;
     maybe_form(clock::now());
@@ -491,6 +523,7 @@ class job_server {
                         sp.shard[r].second, sp.batch[r], resume_step_, switches});
     }
     running_ = true;
+    done_ = false;
     formed_at_ = clock::now();
     imbalance_seen_ = imbalance_streak{settings_.rebalance_confirmations};
     first_waiting_.reset();
@@ -618,7 +651,7 @@ class job_server {
   std::map<std::string, std::vector<std::byte>> store_;
   std::map<std::string, std::int64_t> counters_;
   std::uint64_t last_id_ = 0, generation_ = 0, resume_step_ = 0, revoked_ = 0, rejected_ = 0;
-  bool running_ = false;
+  bool running_ = false, done_ = false;
   std::optional<clock::time_point> first_waiting_;
   std::vector<saved_member> saved_;  // of the generation a restarted server waits for
   clock::time_point restarted_at_{}, saved_at_{}, formed_at_{};

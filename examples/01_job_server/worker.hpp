@@ -7,6 +7,7 @@
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -43,6 +45,9 @@ struct worker_settings {
   /// takes its workers back); 0: not at all. Training goes on meanwhile: the server is
   /// not on a step's path.
   std::chrono::milliseconds reconnect_for{0};
+  /// How long connecting and authenticating may take: a server that accepts but never
+  /// answers (stopped, or not a job server) is an error, not a hang.
+  std::chrono::milliseconds answer_within{10000};
 };
 
 /// @par Thread Safety
@@ -112,32 +117,43 @@ class worker_client {
     send(failure{generation, why.substr(0, max_text_bytes)});
   }
 
-  /// One store request and its reply.
-  store_reply request(message m, std::uint64_t id, std::chrono::milliseconds timeout) {
+  /// One store request and its reply; for a generation's store (generation > 0) it ends
+  /// with errc::aborted once that generation is revoked: a rendezvous with a dead rank
+  /// would otherwise wait out its whole timeout.
+  store_reply request(message m, std::uint64_t id, std::chrono::milliseconds timeout, std::uint64_t generation = 0) {
     ++requests_;
     std::unique_lock lock(mutex_);
     replies_.emplace(id, std::nullopt);
     lock.unlock();
     send(m);
     lock.lock();
-    const bool got = changed_.wait_for(lock, timeout, [&] { return replies_[id].has_value() || closed_; });
+    const auto revoked = [&] { return generation > 0 && revoked_.load() >= generation; };
+    const bool got = changed_.wait_for(lock, timeout, [&] { return replies_[id].has_value() || closed_ || revoked(); });
     auto reply = std::move(replies_[id]);
     replies_.erase(id);
+    if (!reply && revoked())
+      throw error(errc::aborted, "job server at " + where() + " revoked generation " + std::to_string(generation) +
+                                     " during its rendezvous");
     if (!got) throw error(errc::timeout, "job server at " + where() + " did not answer a store request");
     if (!reply) throw error(errc::transport, "job server at " + where() + " closed: " + closed_why_);
     return std::move(*reply);
   }
   std::uint64_t next_request_id() { return ++request_id_; }
 
-  /// The status the server prints for `job_server status`.
+  /// The status the server prints for `job_server status`; throws std::runtime_error when
+  /// it does not answer within answer_within.
   std::string status() {
     std::unique_lock lock(mutex_);
     status_.reset();
     lock.unlock();
     send(status_request{});
     lock.lock();
-    changed_.wait_for(lock, std::chrono::seconds(5), [&] { return status_.has_value() || closed_; });
-    return status_.value_or("(no answer)");
+    changed_.wait_for(lock, settings_.answer_within, [&] { return status_.has_value() || closed_; });
+    if (!status_)
+      throw std::runtime_error("job server at " + where() +
+                               (closed_ ? " closed: " + closed_why_
+                                        : " did not answer within " + std::to_string(settings_.answer_within.count()) + " ms"));
+    return *status_;
   }
 
  private:
@@ -159,8 +175,44 @@ class worker_client {
     boost::asio::write(socket_, boost::asio::buffer(frame), ec);  // a closed server shows in the reader
   }
 
-  /// Connects, authenticates and registers; throws std::runtime_error with the reason.
+  /// Connects, authenticates and registers within answer_within; throws
+  /// std::runtime_error naming the server and the reason.
   void join() {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false, timed_out = false;
+    // A blocked read wakes when its socket is shut down (Asio's sync reads have no timeout).
+    std::thread guard([&] {
+      std::unique_lock lock(m);
+      if (!cv.wait_for(lock, settings_.answer_within, [&] { return done; }) && socket_.is_open()) {
+        timed_out = true;
+        ::shutdown(socket_.native_handle(), SHUT_RDWR);
+      }
+    });
+    const auto finish = [&] {
+      {
+        std::lock_guard lock(m);
+        done = true;
+      }
+      cv.notify_all();
+      guard.join();
+    };
+    try {
+      handshake();
+    } catch (const boost::system::system_error& e) {
+      finish();
+      if (timed_out)
+        throw std::runtime_error("job server at " + where() + " did not answer within " +
+                                 std::to_string(settings_.answer_within.count()) + " ms");
+      throw std::runtime_error("job server at " + where() + ": " + e.code().message());
+    } catch (...) {
+      finish();
+      throw;
+    }
+    finish();
+    if (timed_out) throw std::runtime_error("job server at " + where() + " did not answer in time");
+  }
+  void handshake() {
     boost::asio::ip::tcp::resolver resolver(io_);
     boost::asio::connect(socket_, resolver.resolve(settings_.address, std::to_string(settings_.port)));
     socket_.set_option(boost::asio::ip::tcp::no_delay(true));
@@ -222,7 +274,10 @@ class worker_client {
           if (std::holds_alternative<revoke>(m)) callback = on_revoke_;
         }
         if (auto* r = std::get_if<revoke>(&m)) {
-          revoked_ = r->generation;
+          {
+            std::lock_guard lock(mutex_);  // a request waiting on it must not miss the change
+            revoked_ = std::max(revoked_.load(), r->generation);
+          }
           if (callback) callback(*r);
         }
         changed_.notify_all();
@@ -273,17 +328,17 @@ class worker_client {
 class job_store final : public bootstrap::store {
  public:
   job_store(worker_client& client, std::uint64_t generation)
-      : client_(client), prefix_("g" + std::to_string(generation) + "/") {}
+      : client_(client), generation_(generation), prefix_("g" + std::to_string(generation) + "/") {}
 
   void set(const std::string& key, const std::vector<std::byte>& value) override {
     check_entry(key, value.size());
     const auto id = client_.next_request_id();
-    expect_ok(client_.request(store_set{id, prefix_ + key, value}, id, std::chrono::seconds(30)), key);
+    expect_ok(client_.request(store_set{id, prefix_ + key, value}, id, std::chrono::seconds(30), generation_), key);
   }
   std::vector<std::byte> get(const std::string& key, std::chrono::milliseconds timeout) override {
     const auto id = client_.next_request_id();
     const auto ms = std::uint32_t(std::min<std::int64_t>(timeout.count(), 0x7fffffff));
-    auto reply = client_.request(store_get{id, prefix_ + key, ms}, id, timeout + std::chrono::seconds(5));
+    auto reply = client_.request(store_get{id, prefix_ + key, ms}, id, timeout + std::chrono::seconds(5), generation_);
     if (reply.result == store_reply::outcome::timeout)
       throw error(errc::timeout, "key '" + key + "' was not set within " + std::to_string(timeout.count()) +
                                      " ms in the rendezvous store at " + where());
@@ -295,7 +350,7 @@ class job_store final : public bootstrap::store {
   }
   std::int64_t add_within(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout) override {
     const auto id = client_.next_request_id();
-    auto reply = client_.request(store_add{id, prefix_ + key, delta}, id, timeout);
+    auto reply = client_.request(store_add{id, prefix_ + key, delta}, id, timeout, generation_);
     expect_ok(reply, key);
     return reply.number;
   }
@@ -307,6 +362,7 @@ class job_store final : public bootstrap::store {
       throw error(errc::transport, "the rendezvous store at " + where() + " refused key '" + key + "': " + r.error);
   }
   worker_client& client_;
+  std::uint64_t generation_;
   std::string prefix_;
 };
 

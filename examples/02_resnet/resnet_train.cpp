@@ -22,12 +22,15 @@
 
 #include <malloc.h>
 #include <omp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -76,10 +79,22 @@ int run_standalone(Session& s) {
   mx::communicator<fabric> comm;
   if (s.opt.progress_thread) comm.set_progress(mx::progress_mode::thread);
   const std::int64_t p = comm.size(), r = comm.rank();
+  // Every rank knows both, so all refuse together (an empty share would divide by zero).
+  if (s.opt.batch < p)
+    throw std::invalid_argument("--batch " + std::to_string(s.opt.batch) + " is smaller than the " + std::to_string(p) +
+                                " ranks: every rank needs at least one sample");
   const std::int64_t local = s.opt.batch / p + (r < s.opt.batch % p ? 1 : 0);
-  if (s.resume_from_checkpoint() && r == 0)
-    std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
-  rt::train_group(s, comm, local);
+  try {
+    if (r == 0) rt::check_checkpoint_writable(s.opt);
+    if (s.resume_from_checkpoint() && r == 0)
+      std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
+    rt::train_group(s, comm, local);
+  } catch (const std::exception& e) {
+    // A failure of this rank alone (say rank 0's checkpoint) would leave the others waiting
+    // in a collective until its timeout: the abort tells them at once.
+    comm.abort(e.what());
+    throw;
+  }
   if (r == 0) std::printf("resnet_train: done, %lld steps\n", static_cast<long long>(s.step));
   return 0;
 }
@@ -113,7 +128,18 @@ int run_with_job_server(Session& s) {
     const job::assignment a = client.next_assignment(std::chrono::minutes(10));
     mx::transport::fabric_options options;
     options.group = job::group_name(a);
-    mx::communicator<fabric> comm(job::identity_of(a), std::make_shared<job::job_store>(client, a.generation), options);
+    // A generation revoked while it forms (a member died) ends its rendezvous at once
+    // (job_store): the survivors go on to the next one.
+    std::optional<mx::communicator<fabric>> formed;
+    try {
+      formed.emplace(job::identity_of(a), std::make_shared<job::job_store>(client, a.generation), options);
+    } catch (const mx::error& e) {
+      std::printf("resnet_train: generation %llu did not form: %s\n", static_cast<unsigned long long>(a.generation),
+                  e.what());
+      std::fflush(stdout);
+      continue;
+    }
+    mx::communicator<fabric>& comm = *formed;
     if (s.opt.progress_thread) comm.set_progress(mx::progress_mode::thread);
     {
       std::lock_guard lock(current_mutex);
@@ -167,8 +193,19 @@ int run(Session& s) {
 
 }  // namespace
 
+// Ctrl-C or a launcher's TERM: say so and exit as a shell would (130, 143), not a bare 1.
+extern "C" void on_interrupt(int sig) {
+  static const char line[] = "resnet_train: interrupted\n";
+  [[maybe_unused]] const auto n = ::write(STDERR_FILENO, line, sizeof line - 1);
+  ::_exit(128 + sig);
+}
+
 int main(int argc, char** argv) try {
   const rt::options opt = rt::parse_options(argc, argv);
+  struct sigaction interrupt = {};
+  interrupt.sa_handler = on_interrupt;
+  ::sigemptyset(&interrupt.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) ::sigaction(sig, &interrupt, nullptr);
   omp_set_num_threads(threads_for(opt));
   // A layer's tensors are megabytes, freed and allocated again every step: keep them in
   // the heap instead of mmap's fresh (faulted, zeroed) pages each time.

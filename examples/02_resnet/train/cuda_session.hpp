@@ -120,8 +120,8 @@ struct cuda_session {
   /// As session's, through host copies: the same file, names and counters, so a run
   /// checkpointed on either backend resumes on the other.
   bool resume_from_checkpoint() {
-    if (!opt.resume || !std::filesystem::exists(opt.checkpoint)) return false;
-    const checkpoint ck = load_checkpoint(opt.checkpoint);
+    if (!opt.resume) return false;
+    const checkpoint ck = checkpoint_to_resume(opt);
     std::vector<float> host;
     for_each_state(net, optimizer, [&](const std::string& name, nn_cuda::device_tensor& t) {
       host.resize(t.size());

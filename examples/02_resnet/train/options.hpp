@@ -1,6 +1,8 @@
 // resnet_train's command line: the model, the recipe, the data, and how ranks meet.
 #pragma once
 
+#include "../../strict_number.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +10,9 @@
 #include <string>
 
 namespace mimatrix::resnet::train {
+
+using examples::parse_integer;
+using examples::parse_number;
 
 struct options {
   std::string model = "resnet20";
@@ -70,40 +75,40 @@ inline options parse_options(int argc, char** argv) {
     else if (a == "--model") o.model = value();
     else if (a == "--data") o.data_dir = value();
     else if (a == "--synthetic") o.synthetic = true;
-    else if (a == "--image-size") o.image_size = std::stoll(value());
-    else if (a == "--epochs") o.epochs = std::stoll(value());
-    else if (a == "--steps") o.steps = std::stoll(value());
-    else if (a == "--batch") o.batch = std::stoll(value());
-    else if (a == "--lr") o.lr = std::stod(value());
-    else if (a == "--lr-reference-batch") o.lr_reference_batch = std::stoll(value());
-    else if (a == "--momentum") o.momentum = std::stof(value());
+    else if (a == "--image-size") o.image_size = parse_integer(a, value(), 1, 1 << 14);
+    else if (a == "--epochs") o.epochs = parse_integer(a, value(), 1);
+    else if (a == "--steps") o.steps = parse_integer(a, value(), 0);
+    else if (a == "--batch") o.batch = parse_integer(a, value(), 1);
+    else if (a == "--lr") o.lr = parse_number(a, value(), 0, 1e6, true);
+    else if (a == "--lr-reference-batch") o.lr_reference_batch = parse_integer(a, value(), 1);
+    else if (a == "--momentum") o.momentum = float(parse_number(a, value(), 0, 1));
     else if (a == "--nesterov") o.nesterov = true;
     else if (a == "--no-nesterov") o.nesterov = false;
-    else if (a == "--weight-decay") o.weight_decay = std::stof(value());
+    else if (a == "--weight-decay") o.weight_decay = float(parse_number(a, value(), 0, 1));
     else if (a == "--schedule") o.schedule = value();
-    else if (a == "--warmup-epochs") o.warmup_epochs = std::stoll(value());
-    else if (a == "--seed") o.seed = std::stoull(value());
+    else if (a == "--warmup-epochs") o.warmup_epochs = parse_integer(a, value(), 0);
+    else if (a == "--seed") o.seed = std::uint64_t(parse_integer(a, value(), 0));
     else if (a == "--no-augment") o.augment = false;
-    else if (a == "--bucket-kib") o.bucket_kib = std::stoull(value());
+    else if (a == "--bucket-kib") o.bucket_kib = std::size_t(parse_integer(a, value(), 0, std::int64_t{1} << 30));
     else if (a == "--no-overlap") o.overlap = false;
     else if (a == "--progress") {
       const std::string v = value();
       if (v != "thread" && v != "caller") throw std::invalid_argument("--progress takes thread or caller, not " + v);
       o.progress_thread = v == "thread";
-    } else if (a == "--measure-every") o.measure_every = std::stoll(value());
+    } else if (a == "--measure-every") o.measure_every = parse_integer(a, value(), 0);
     else if (a == "--sync-bn") o.sync_bn = true;
     else if (a == "--sfb") {
       o.sfb = value();
       if (o.sfb != "auto" && o.sfb != "on" && o.sfb != "off")
         throw std::invalid_argument("--sfb takes auto, on or off, not " + o.sfb);
     } else if (a == "--no-eval") o.eval = false;
-    else if (a == "--test-samples") o.test_samples = std::stoll(value());
+    else if (a == "--test-samples") o.test_samples = parse_integer(a, value(), 0);
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--resume") o.resume = true;
-    else if (a == "--stop-after") o.stop_after = std::stoll(value());
-    else if (a == "--threads") o.threads = std::stoi(value());
+    else if (a == "--stop-after") o.stop_after = parse_integer(a, value(), 0);
+    else if (a == "--threads") o.threads = int(parse_integer(a, value(), 0, 4096));
     else if (a == "--job-server") o.job_server = value();
-    else if (a == "--log-every") o.log_every = std::stoll(value());
+    else if (a == "--log-every") o.log_every = parse_integer(a, value(), 0);
     else if (a == "--device") {
       o.device = value();
       if (o.device != "cpu" && o.device != "cuda") throw std::invalid_argument("--device takes cpu or cuda, not " + o.device);

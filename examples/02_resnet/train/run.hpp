@@ -20,16 +20,21 @@
 #include <mimatrix/sufficient_factor.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <system_error>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace mimatrix::resnet::train {
@@ -69,6 +74,36 @@ inline std::map<std::string, std::int64_t> run_counters(const options& opt, std:
           {"global_batch", opt.batch}};
 }
 
+/// --resume's checkpoint. A missing file, or one of another seed or global batch (whose data
+/// order and epoch boundaries differ), is an error rather than a silently different run.
+inline checkpoint checkpoint_to_resume(const options& opt) {
+  if (!std::filesystem::exists(opt.checkpoint))
+    throw std::runtime_error("--resume: checkpoint " + opt.checkpoint + " does not exist (drop --resume to start fresh)");
+  checkpoint ck = load_checkpoint(opt.checkpoint);
+  const std::tuple<const char*, const char*, std::int64_t> saved[] = {{"seed", "--seed", std::int64_t(opt.seed)},
+                                                                      {"global_batch", "--batch", opt.batch}};
+  for (const auto& [name, flag, given] : saved)
+    if (const auto it = ck.counters.find(name); it != ck.counters.end() && it->second != given)
+      throw std::invalid_argument("--resume: checkpoint " + opt.checkpoint + " was saved with " + flag + " " +
+                                  std::to_string(it->second) + ", this run has " + flag + " " + std::to_string(given));
+  return ck;
+}
+
+/// Rank 0 tries --checkpoint's temporary file before training: a directory it cannot write
+/// fails at start-up, not at the first epoch's end.
+inline void check_checkpoint_writable(const options& opt) {
+  if (opt.checkpoint.empty()) return;
+  const std::filesystem::path tmp = opt.checkpoint + ".tmp";  // save_checkpoint's own
+  if (std::FILE* f = std::fopen(tmp.c_str(), "ab")) {
+    std::fclose(f);
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return;
+  }
+  throw std::runtime_error("--checkpoint " + opt.checkpoint + ": cannot create " + tmp.string() + ": " +
+                           std::strerror(errno));
+}
+
 inline void check_training_set(const options& opt, const data::dataset& train) {
   if (std::int64_t(train.count) < opt.batch)
     throw std::invalid_argument("the global batch " + std::to_string(opt.batch) + " is larger than the " +
@@ -102,10 +137,10 @@ struct session {
     check_training_set(opt, train_set);
   }
 
-  /// Restores the checkpoint when --resume and it exists; true if it did.
+  /// Restores the checkpoint when --resume; true if it did.
   bool resume_from_checkpoint() {
-    if (!opt.resume || !std::filesystem::exists(opt.checkpoint)) return false;
-    const checkpoint ck = load_checkpoint(opt.checkpoint);
+    if (!opt.resume) return false;
+    const checkpoint ck = checkpoint_to_resume(opt);
     for (auto& [name, view] : state_of(net, optimizer)) restore(ck, name, view);
     step = ck.counters.at("step");
     optimizer.resume_at(step);
@@ -172,6 +207,11 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
   coll.allgather(&local_batch, batches.data(), 1, dtype::int64).wait();
   const std::int64_t global = std::accumulate(batches.begin(), batches.end(), std::int64_t{0});
   const std::int64_t offset = std::accumulate(batches.begin(), batches.begin() + rank, std::int64_t{0});
+  // Every rank sees every share, so all refuse together (an empty share divided by zero).
+  for (int i = 0; i < ranks; ++i)
+    if (batches[std::size_t(i)] <= 0)
+      throw std::invalid_argument("rank " + std::to_string(i) + " of " + std::to_string(ranks) + " has local batch " +
+                                  std::to_string(batches[std::size_t(i)]) + "; every rank needs at least one sample");
   if (global != opt.batch)
     throw std::invalid_argument("the ranks' local batches sum to " + std::to_string(global) + ", not --batch " +
                                 std::to_string(opt.batch));

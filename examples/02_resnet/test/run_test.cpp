@@ -1,0 +1,149 @@
+// resnet_train's refusals: every numeric flag parsed whole and range-checked, naming the
+// flag; --resume of a missing checkpoint or of another seed or batch; a checkpoint path
+// rank 0 cannot write; a rank given no samples (which divided by zero).
+#include "train/options.hpp"
+#include "train/run.hpp"
+
+#include <mimatrix/communicator.hpp>
+#include <mimatrix/transport/inproc.hpp>
+
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace mx = mimatrix;
+namespace rt = mimatrix::resnet::train;
+using mx::transport::inproc;
+
+rt::options parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "resnet_train");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return rt::parse_options(int(argv.size()), argv.data());
+}
+
+// The message of parse's refusal ("" if it took the arguments).
+std::string refusal(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(options, numbers_are_parsed_whole_and_the_error_names_the_flag_and_value) {
+  EXPECT_EQ(parse({"--batch", "12"}).batch, 12);
+  EXPECT_EQ(parse({"--lr", "0.05"}).lr, 0.05);
+  EXPECT_EQ(parse({"--threads", "0"}).threads, 0);  // documented: cores / local ranks
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch", "abc"}, {"--batch", "12x"}, {"--batch", ""}, {"--batch", "0"}, {"--batch", "-3"},
+           {"--batch", "99999999999999999999"}, {"--bucket-kib", "-1"}, {"--image-size", "0"}, {"--image-size", "-5"},
+           {"--test-samples", "-1"}, {"--threads", "-1"}, {"--lr", "-1"}, {"--lr", "0"}, {"--lr", "nan"},
+           {"--lr", "0.1x"}, {"--momentum", "2"}, {"--seed", "-1"}, {"--epochs", "0"}, {"--steps", "-1"},
+           {"--log-every", "1.5"}}) {
+    const std::string why = refusal({flag, value});
+    EXPECT_NE(why.find(flag), std::string::npos) << flag << " " << value << ": " << why;
+    EXPECT_NE(why.find(value), std::string::npos) << flag << " " << value << ": " << why;
+  }
+}
+
+struct temporary_dir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() / ("run_test." + std::to_string(::getpid()));
+  temporary_dir() { std::filesystem::create_directories(path); }
+  ~temporary_dir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+rt::options small_run(std::int64_t batch) {
+  rt::options o;
+  o.batch = batch;
+  o.epochs = 1;
+  o.steps = 1;
+  o.eval = false;
+  return o;
+}
+
+rt::session small_session(const rt::options& o) {
+  return rt::session(o, rt::synthetic_set(16, 8, o.seed), rt::synthetic_set(16, 8, o.seed + 1), 10);
+}
+
+TEST(resume, a_missing_checkpoint_is_an_error_not_a_fresh_start) {
+  temporary_dir dir;
+  rt::options o = small_run(4);
+  o.checkpoint = (dir.path / "absent.ckpt").string();
+  o.resume = true;
+  auto s = small_session(o);
+  try {
+    s.resume_from_checkpoint();
+    FAIL() << "resumed from nothing";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("absent.ckpt"), std::string::npos) << e.what();
+  }
+}
+
+TEST(resume, another_seed_or_batch_than_the_checkpoints_is_refused_naming_both) {
+  temporary_dir dir;
+  rt::options o = small_run(4);
+  o.seed = 7;
+  o.checkpoint = (dir.path / "run.ckpt").string();
+  small_session(o).save_checkpoint_now();
+  o.resume = true;
+  EXPECT_TRUE(small_session(o).resume_from_checkpoint());
+  for (const auto& [seed, batch, flag, saved, given] :
+       std::vector<std::tuple<std::uint64_t, std::int64_t, std::string, std::string, std::string>>{
+           {8, 4, "--seed", "7", "8"}, {7, 8, "--batch", "4", "8"}}) {
+    rt::options other = o;
+    other.seed = seed;
+    other.batch = batch;
+    auto s = small_session(other);
+    try {
+      s.resume_from_checkpoint();
+      FAIL() << flag << " changed silently";
+    } catch (const std::invalid_argument& e) {
+      const std::string why = e.what();
+      EXPECT_NE(why.find(flag + " " + saved), std::string::npos) << why;
+      EXPECT_NE(why.find(flag + " " + given), std::string::npos) << why;
+    }
+  }
+}
+
+TEST(checkpoint_path, one_rank_0_cannot_write_fails_before_training) {
+  temporary_dir dir;
+  rt::options o = small_run(4);
+  EXPECT_NO_THROW(rt::check_checkpoint_writable(o));  // none asked
+  o.checkpoint = (dir.path / "x.ckpt").string();
+  EXPECT_NO_THROW(rt::check_checkpoint_writable(o));
+  EXPECT_FALSE(std::filesystem::exists(o.checkpoint + ".tmp"));  // the probe leaves nothing
+  o.checkpoint = (dir.path / "missing" / "x.ckpt").string();
+  EXPECT_THROW(rt::check_checkpoint_writable(o), std::runtime_error);
+}
+
+TEST(train_group, a_rank_with_no_samples_is_refused_by_every_rank) {
+  // As from a job server's assignment: local batches 0 and 4 of a global 4.
+  const rt::options o = small_run(4);
+  std::vector<std::string> errors(2);
+  mx::transport::run_inproc(2, [&](int rank, inproc::world& world) {
+    omp_set_num_threads(1);
+    mx::communicator<inproc> comm(world, rank);
+    auto s = small_session(o);
+    try {
+      rt::train_group(s, comm, rank == 0 ? 0 : 4);
+    } catch (const std::invalid_argument& e) {
+      errors[std::size_t(rank)] = e.what();
+    }
+  });
+  for (const auto& why : errors) EXPECT_NE(why.find("rank 0 of 2 has local batch 0"), std::string::npos) << why;
+}
+
+}  // namespace
