@@ -33,10 +33,7 @@ const char* const usage =
     "usage: job_worker --port P [--address 127.0.0.1] [--steps 50] [--elements 1048576] [--reconnect-ms MS]\n"
     "The shared secret comes from MIMATRIX_JOB_SECRET.\n";
 
-/// The flag's value as a whole number in [low, high]; throws naming the flag.
-long long number(const std::string& flag, const std::string& v, long long low, long long high) {
-  return mx::examples::parse_integer(flag, v, low, high);
-}
+using mx::examples::parse_integer;
 
 int main(int argc, char** argv) try {
   mx::job::worker_settings settings;
@@ -48,10 +45,10 @@ int main(int argc, char** argv) try {
     if (i + 1 >= argc) return std::fprintf(stderr, "job_worker: %s needs a value\n%s", a.c_str(), usage), 2;
     const std::string v = argv[i + 1];
     if (a == "--address") settings.address = v;
-    else if (a == "--port") settings.port = std::uint16_t(number(a, v, 1, 65535));
-    else if (a == "--steps") steps = std::uint64_t(number(a, v, 1, 1ll << 62));
-    else if (a == "--elements") elements = std::size_t(number(a, v, 1, 1ll << 40));
-    else if (a == "--reconnect-ms") settings.reconnect_for = std::chrono::milliseconds(number(a, v, 0, 1ll << 40));
+    else if (a == "--port") settings.port = std::uint16_t(parse_integer(a, v, 1, 65535));
+    else if (a == "--steps") steps = std::uint64_t(parse_integer(a, v, 1, 1ll << 62));
+    else if (a == "--elements") elements = std::size_t(parse_integer(a, v, 1, 1ll << 40));
+    else if (a == "--reconnect-ms") settings.reconnect_for = std::chrono::milliseconds(parse_integer(a, v, 0, 1ll << 40));
     else return std::fprintf(stderr, "job_worker: unknown option %s\n%s", a.c_str(), usage), 2;
   }
   if (settings.port == 0) return std::fprintf(stderr, "job_worker: --port is required\n%s", usage), 2;

@@ -197,20 +197,22 @@ class worker_client {
       cv.notify_all();
       guard.join();
     };
+    const auto late = [&] {
+      return std::runtime_error("job server at " + where() + " did not answer within " +
+                                std::to_string(settings_.answer_within.count()) + " ms");
+    };
     try {
       handshake();
     } catch (const boost::system::system_error& e) {
       finish();
-      if (timed_out)
-        throw std::runtime_error("job server at " + where() + " did not answer within " +
-                                 std::to_string(settings_.answer_within.count()) + " ms");
+      if (timed_out) throw late();
       throw std::runtime_error("job server at " + where() + ": " + e.code().message());
     } catch (...) {
       finish();
       throw;
     }
     finish();
-    if (timed_out) throw std::runtime_error("job server at " + where() + " did not answer in time");
+    if (timed_out) throw late();
   }
   void handshake() {
     boost::asio::ip::tcp::resolver resolver(io_);
