@@ -198,6 +198,18 @@ MIMATRIX_SCENARIO(algorithms_disagree) {
   });
 }
 
+// Rank 0's ring runs 1 -> 0, rank 1's 0 -> 1: one algorithm, two topologies. The digest of
+// their parameters in the packed signature names the disagreement (a black-box test found
+// in-process ranks timing out on it).
+MIMATRIX_SCENARIO(ring_orders_disagree) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  allreduce<fabric, topology::ring, reduce::sum<int>> sum(comm, comm.rank() == 0 ? topology::ring({1, 0})
+                                                                                  : topology::ring{});
+  std::vector<int> data(1000, 1);
+  return expect_error(comm, [&] { sum(data); });
+}
+
 // Two buckets of one shape, tagged 1 and 2 (call_options::tag), started in opposite
 // orders on the two ranks: untagged, each rank's first call would reduce the other's
 // other bucket without a word; tagged, the signatures differ and both calls fail.
@@ -500,7 +512,14 @@ void expect_disagreement_named(const char* scenario, Names&& names) {
 // that rank's failure reaches the others.
 TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_with_mismatch) {
   expect_disagreement_named("algorithms_disagree", [](const std::string& line, int) {
-    return line.find("with another algorithm or tag than this rank's") != std::string::npos;
+    return line.find("with another algorithm, topology or tag than this rank's") != std::string::npos;
+  });
+}
+
+TEST(fabric_failure_algorithms, ranks_on_rings_of_different_orders_fail_at_once_with_mismatch) {
+  expect_disagreement_named("ring_orders_disagree", [](const std::string& line, int) {
+    return line.find("with another algorithm, topology or tag than this rank's (algorithm 'ring'") !=
+           std::string::npos;
   });
 }
 
@@ -508,7 +527,7 @@ TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_
 // with mismatch, the first message that meets naming the tag, as for algorithms.
 TEST(fabric_failure_tags, ranks_giving_a_call_different_tags_fail_at_once_with_mismatch) {
   expect_disagreement_named("tags_disagree", [](const std::string& line, int rank) {
-    return line.find("another algorithm or tag than this rank's (algorithm '") != std::string::npos &&
+    return line.find("another algorithm, topology or tag than this rank's (algorithm '") != std::string::npos &&
            line.find(rank == 0 ? "tag 1)" : "tag 2)") != std::string::npos;
   });
 }

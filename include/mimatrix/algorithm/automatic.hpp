@@ -171,6 +171,14 @@ class basic_automatic {
     if (suggested.chunk_bytes) settings_.network.pipeline_chunk_bytes = suggested.chunk_bytes;
   }
 
+  /// Every candidate's parameters (digest_of); the choice itself is compared by name.
+  std::uint64_t digest() const {
+    mimatrix::digest d;
+    d.mix(name);
+    std::apply([&](const auto&... c) { (d.mix(digest_of(c)), ...); }, candidates_);
+    return d.value();
+  }
+
   /// The names of the candidates that run on `Topology`, in order.
   template <class Topology>
   static std::vector<std::string_view> candidates_for() {

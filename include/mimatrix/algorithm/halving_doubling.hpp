@@ -435,6 +435,17 @@ class halving_doubling {
   void complete_policy(const policy& suggested) { tuning_ = complete(tuning_, suggested); }
   const std::vector<int>& order() const { return order_; }
 
+  /// The chunk and the order, an order 0..p-1 alike with the default (digest_of).
+  std::uint64_t digest() const {
+    mimatrix::digest d;
+    d.mix(name).mix(std::uint64_t(chunk_bytes_of(tuning_)));
+    bool identity = true;
+    for (std::size_t k = 0; k < order_.size(); ++k) identity = identity && order_[k] == int(k);
+    if (!identity)
+      for (int r : order_) d.mix(std::uint64_t(r));
+    return d.value();
+  }
+
  private:
   policy tuning_ = select_policy();
   std::vector<int> order_;

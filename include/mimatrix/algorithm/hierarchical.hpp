@@ -84,6 +84,16 @@ class hierarchical {
     if constexpr (tunable<GlobalAlgo>) global_.complete_policy(suggested);
   }
 
+  /// Both phases, and the chunk a topology's default phase takes (digest_of).
+  std::uint64_t digest() const {
+    return mimatrix::digest{}
+        .mix(name)
+        .mix(std::uint64_t(chunk_bytes_of(suggested_)))
+        .mix(digest_of(local_))
+        .mix(digest_of(global_))
+        .value();
+  }
+
   template <class Local, class Global>
     requires detail::phase_for<LocalAlgo, Local> && detail::phase_for<GlobalAlgo, Global>
   schedule::schedule build(const topology::hierarchical<Local, Global>& topo, const schedule::descriptor& desc,

@@ -17,9 +17,11 @@
 #include "mimatrix/algorithm/automatic_fwd.hpp"
 #include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/core/config.hpp"
+#include "mimatrix/core/digest.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/schedule/policy.hpp"
+#include "mimatrix/topology/layout.hpp"
 #include "mimatrix/transport/backend.hpp"
 
 namespace mimatrix::detail {
@@ -109,8 +111,11 @@ schedule_source bind_algorithm(Topology topo, Algorithm algo, int size, std::opt
     if (suggested) algo.complete_policy(*suggested);
   // algorithm::automatic says itself, at INFO, what it chose and why.
   constexpr bool chooses = requires { requires Algorithm::name == std::string_view("automatic"); };
+  const std::uint64_t agreement =
+      mimatrix::digest{}.mix(topology::digest_of(topo, size)).mix(algorithm::digest_of(algo)).value();
   schedule_source source{std::make_shared<const std::pair<Topology, Algorithm>>(std::move(topo), std::move(algo)),
                          &build_with<Topology, Algorithm>, chooses};
+  source.agreement = agreement;
   if constexpr (requires(const Algorithm& a, const Topology& t, const schedule::descriptor& d) {
                   a.build_on_shared_device(t, d, 0);
                 })

@@ -52,6 +52,9 @@ struct schedule_source {
   /// The algorithm chooses per call and says so itself (algorithm::automatic); otherwise
   /// the engine says, at MIMATRIX_DEBUG=INFO, which algorithm the collective's type fixed.
   bool chooses = false;
+  /// topology::digest_of and algorithm::digest_of together: stamped on every schedule
+  /// built (schedule::agreement), for the ranks to compare.
+  std::uint64_t agreement = 0;
   /// What a choosing algorithm builds for a call on device memory that every peer reaches
   /// (transport_face::reaches_peers_device_memory), where memory traffic decides; null:
   /// the same as `build`.

@@ -180,6 +180,7 @@ inline std::vector<schedule> lower_one_sided(std::span<const schedule> group) {
     if (placed != total)
       fail("a step that must precede a landing is ordered after the wait for it: the receives would form a cycle");
     lowered.push_back(std::move(b).build());
+    lowered.back().agreement = s.agreement;
   }
   return lowered;
 }

@@ -155,6 +155,10 @@ struct schedule {
   descriptor desc{};
   int rank = 0;
   std::string algorithm;
+  /// What every rank's schedule of the call must agree on beyond its name: a digest of
+  /// the topology's and the algorithm's parameters (ring order, node size, chunk), set by
+  /// the engine; 0 where nobody set one. Transports compare it as they compare names.
+  std::uint64_t agreement = 0;
   std::size_t scratch_bytes = 0;
   std::vector<step> steps;
   // What must complete before step i starts: dep_ids[dep_begin[i] .. dep_begin[i+1]).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <bit>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,12 @@ class bigraph {
   bool automatic() const { return switches_ == 0; }
   /// This shape, or `for_size(size)` when automatic.
   bigraph resolved(int size) const { return automatic() ? for_size(size) : *this; }
+
+  /// The shape for `size` ranks (topology::digest_of).
+  std::uint64_t digest(int size) const {
+    const bigraph b = resolved(size);
+    return mimatrix::digest{}.mix(name).mix(std::uint64_t(b.switches_)).mix(std::uint64_t(b.nodes_)).value();
+  }
 
   int switches() const { return switches_; }
   int nodes_per_switch() const { return nodes_; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -109,6 +110,16 @@ class hierarchical {
     std::vector<int> ranks;
     for (int k = 0; k < node_count(size); ++k) ranks.push_back(rank_at(k, local_rank));
     return ranks;
+  }
+
+  /// Where every one of `size` ranks sits, and the local and global topologies, once
+  /// check(size) has passed (topology::digest_of).
+  std::uint64_t digest(int size) const {
+    mimatrix::digest d;
+    d.mix(name).mix(std::uint64_t(node_size_));
+    for (int r = 0; r < size; ++r)
+      d.mix(std::uint64_t(node_of(r))).mix(std::uint64_t(local_rank(r)));
+    return d.mix(digest_of(local_, node_size_)).mix(digest_of(global_, node_count(size))).value();
   }
 
   /// The topology inside every node, over local ranks.

@@ -2,6 +2,7 @@
 // follow the physical wiring, e.g. keep ring neighbours on the same switch).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,6 +55,14 @@ class ring {
   int prev(int rank, int size) const { return rank_at((position_of(rank) + size - 1) % size); }
 
   const std::vector<int>& order() const { return order_; }
+
+  /// The ring's order for `size` ranks, once check(size) has passed (topology::digest_of).
+  std::uint64_t digest(int size) const {
+    mimatrix::digest d;
+    d.mix(name);
+    for (int k = 0; k < size; ++k) d.mix(std::uint64_t(rank_at(k)));
+    return d.value();
+  }
 
  private:
   std::vector<int> order_;

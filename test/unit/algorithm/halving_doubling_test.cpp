@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
 #include "mimatrix/topology/ring.hpp"
@@ -103,6 +104,18 @@ TEST(halving_doubling, a_bad_mapping_is_an_invalid_argument) {
   }
   EXPECT_THROW((void)algorithm::halving_doubling(std::vector<int>{0, 1}).build(topology::ring{}, {collective::allreduce, 3, 4, 4, 0}, 0),
                error);
+}
+
+// The algorithm's digest (ranks compare it): the chunk and a rank order count, an order
+// spelled 0..p-1 is the default.
+TEST(halving_doubling, the_digest_tells_chunks_and_orders_apart_but_not_spellings_of_one) {
+  using algorithm::digest_of;
+  const algorithm::halving_doubling plain;
+  EXPECT_EQ(digest_of(plain), digest_of(algorithm::halving_doubling(std::vector<int>{0, 1, 2, 3})));
+  EXPECT_NE(digest_of(plain), digest_of(algorithm::halving_doubling(std::vector<int>{1, 0, 2, 3})));
+  EXPECT_NE(digest_of(plain), digest_of(algorithm::halving_doubling(algorithm::policy{4096})));
+  EXPECT_NE(digest_of(algorithm::ring(algorithm::policy{4096})), digest_of(algorithm::ring{}));
+  EXPECT_NE(digest_of(algorithm::ring{}), digest_of(plain));
 }
 
 }  // namespace

@@ -156,5 +156,10 @@ TEST(bigraph, folded_hdrm_core_steps_cross_groups) {
   }
 }
 
+TEST(bigraph, the_digest_of_the_default_shape_is_that_of_the_shape_it_takes) {
+  EXPECT_EQ(topology::digest_of(topology::bigraph{}, 8), topology::digest_of(topology::bigraph(4, 2), 8));
+  EXPECT_NE(topology::digest_of(topology::bigraph(2, 4), 8), topology::digest_of(topology::bigraph(4, 2), 8));
+}
+
 }  // namespace
 }  // namespace mimatrix

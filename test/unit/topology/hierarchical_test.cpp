@@ -75,5 +75,15 @@ TEST(topology_hierarchical, groups_that_do_not_fit_are_rejected_with_the_reason)
             std::string::npos);
 }
 
+TEST(topology_hierarchical, the_digest_tells_node_sizes_apart_but_not_spellings_of_one) {
+  const hier by_size(2);
+  const hier by_hosts(std::vector<std::string>{"a", "a", "b", "b"});
+  const hier interleaved(std::vector<std::string>{"a", "b", "a", "b"});
+  EXPECT_EQ(topology::digest_of(by_size, 4), topology::digest_of(by_hosts, 4));
+  EXPECT_NE(topology::digest_of(by_size, 4), topology::digest_of(hier(4), 4));
+  EXPECT_NE(topology::digest_of(by_hosts, 4), topology::digest_of(interleaved, 4));
+  EXPECT_NE(topology::digest_of(by_size, 4), topology::digest_of(hier(2, topology::ring({1, 0})), 4));
+}
+
 }  // namespace
 }  // namespace mimatrix

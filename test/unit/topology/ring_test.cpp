@@ -40,5 +40,13 @@ TEST(topology_ring, orders_that_are_not_permutations_are_rejected_with_the_reaso
   EXPECT_NE(message(topology::ring(), 0).find("at least one rank"), std::string::npos);
 }
 
+// Ranks compare digests at every call: an order spelled 0..p-1 is the default ring, any
+// other order is another ring.
+TEST(topology_ring, the_digest_tells_orders_apart_but_not_spellings_of_one) {
+  EXPECT_EQ(topology::digest_of(topology::ring{}, 4), topology::digest_of(topology::ring({0, 1, 2, 3}), 4));
+  EXPECT_NE(topology::digest_of(topology::ring{}, 4), topology::digest_of(topology::ring({0, 2, 1, 3}), 4));
+  EXPECT_NE(topology::digest_of(topology::ring{}, 4), topology::digest_of(topology::ring{}, 5));
+}
+
 }  // namespace
 }  // namespace mimatrix

@@ -46,9 +46,11 @@ TEST(wire, a_disagreement_in_the_top_bits_names_the_algorithm_or_tag) {
   const signature mine = call(collective::allreduce, 1);
   const std::string why = wire::disagreement(2, wire::pack(call(collective::allreduce, 2), "ring"),
                                              wire::pack(mine, "ring"), mine, "ring");
-  EXPECT_EQ(why, "rank 2 runs allreduce #5 (count 1000, int32, sum) with another algorithm or tag than this "
-                 "rank's (algorithm 'ring', tag 1); every rank must give a call the same algorithm (the "
-                 "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO) and tag (call_options::tag)");
+  EXPECT_EQ(why, "rank 2 runs allreduce #5 (count 1000, int32, sum) with another algorithm, topology or tag than "
+                 "this rank's (algorithm 'ring', tag 1); every rank must give a call the same algorithm (the "
+                 "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO), built alike (the topology's "
+                 "ring order, node size or shape; the algorithm's rank order and chunk), and the same tag "
+                 "(call_options::tag)");
   const signature root = call(collective::broadcast, 0, 1);
   const std::string bcast = wire::disagreement(0, wire::pack(call(collective::broadcast, 0, 0), "ring"),
                                                wire::pack(root, "ring"), root, "ring");
@@ -60,6 +62,19 @@ TEST(wire, a_disagreement_in_the_top_bits_names_the_algorithm_or_tag) {
       wire::pack(call(collective::allreduce), "ring"), call(collective::allreduce), "ring");
   EXPECT_NE(count.find("count 999"), std::string::npos) << count;
   EXPECT_NE(count.find("but this rank runs allreduce #5 (count 1000"), std::string::npos) << count;
+}
+
+// One algorithm built on other parameters (schedule::agreement) packs differently, and
+// the message says what must agree; a broadcast's top bits stay its root.
+TEST(wire, one_algorithm_with_other_parameters_packs_differently) {
+  const signature mine = call(collective::allreduce);
+  EXPECT_NE(wire::pack(mine, "ring", 0x1234'5678'9abc'def0ull), wire::pack(mine, "ring", 0x1234'5678'9abc'def1ull));
+  EXPECT_EQ(wire::pack(mine, "ring", 0), wire::pack(mine, "ring"));
+  const signature root = call(collective::broadcast, 0, 1);
+  EXPECT_EQ(wire::pack(root, "ring", 7), wire::pack(root, "ring", 9));
+  const std::string why = wire::disagreement(1, wire::pack(mine, "ring", 7), wire::pack(mine, "ring", 9), mine,
+                                             "ring", 9);
+  EXPECT_NE(why.find("built alike (the topology's ring order"), std::string::npos) << why;
 }
 
 // Regression: a broadcast whose ranks each named themselves the root left its messages

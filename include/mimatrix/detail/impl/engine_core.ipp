@@ -60,7 +60,9 @@ struct engine_core::impl {
   /// Lowering needs every rank's schedule (a wait's receives come from its writers).
   plan_set build(const schedule::descriptor& d, bool shared_device) const;
   schedule::schedule build(const schedule::descriptor& d, int rank, bool shared_device) const {
-    return (shared_device ? source.build_on_shared_device : source.build)(source.bound.get(), d, rank);
+    schedule::schedule s = (shared_device ? source.build_on_shared_device : source.build)(source.bound.get(), d, rank);
+    s.agreement = source.agreement;
+    return s;
   }
 
   communicator_state& comm;

@@ -54,7 +54,7 @@ class inproc_execution final : public step_executor {
       scratch_.resize(this->plan().scratch_bytes);
       mem_.scratch = scratch_.data();
     }
-    if (auto f = world_.join(rank_, sig, this->plan().algorithm))
+    if (auto f = world_.join(rank_, sig, this->plan().algorithm, this->plan().agreement))
       fail(f->code, f->message);
     start();
   }

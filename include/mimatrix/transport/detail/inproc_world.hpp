@@ -119,15 +119,18 @@ class inproc_world {
   /// Records that `rank` entered call `sig.sequence` (waking ranks that wait for it);
   /// returns a failure if its signature differs from one already there, recorded
   /// for every rank to see.
-  /// `algorithm` (the schedule's) must agree too: ranks of one shape that run different
-  /// algorithms would each wait for messages the others never send.
-  std::optional<failure> join(int rank, const signature& sig, std::string_view algorithm = {}) {
+  /// `algorithm` and `agreement` (the schedule's name and schedule::agreement) must agree
+  /// too: ranks of one shape that run different algorithms, or one algorithm on different
+  /// topologies, would each wait for messages the others never send.
+  std::optional<failure> join(int rank, const signature& sig, std::string_view algorithm = {},
+                              std::uint64_t agreement = 0) {
     std::optional<failure> result;
     {
       std::lock_guard lock(board_mutex_);
       entry& e = board(sig.sequence);
       e.joined[rank] = sig;
       e.algorithms[rank] = algorithm;
+      e.agreements[rank] = agreement;
       if (e.failed) return e.failed;
       for (int other = 0; other < size(); ++other) {
         if (!e.joined[other]) continue;
@@ -139,6 +142,11 @@ class inproc_world {
           why = "rank " + std::to_string(rank) + " runs " + to_string(sig) + " with algorithm '" +
                 std::string(algorithm) + "' but rank " + std::to_string(other) + " with '" + e.algorithms[other] +
                 "' (each rank's call_options::algorithm, typed algorithm, or what automatic chose for its memory)";
+        else if (e.agreements[other] != agreement)
+          why = "rank " + std::to_string(rank) + " runs " + to_string(sig) + " by '" + std::string(algorithm) +
+                "' with other parameters than rank " + std::to_string(other) +
+                " (the topology's: ring order, node size, BiGraph shape; or the algorithm's: rank order, chunk); "
+                "every rank must build its collective alike";
         if (why.empty()) continue;
         e.failed = failure{errc::mismatch, why};
         result = e.failed;
@@ -186,6 +194,7 @@ class inproc_world {
   struct entry {
     std::vector<std::optional<signature>> joined;
     std::vector<std::string> algorithms;  // by rank, as joined
+    std::vector<std::uint64_t> agreements;
     std::optional<failure> failed;
     int left = 0;
   };
@@ -195,6 +204,7 @@ class inproc_world {
     if (e.joined.empty()) {
       e.joined.resize(boxes_.size());
       e.algorithms.resize(boxes_.size());
+      e.agreements.resize(boxes_.size());
     }
     return e;
   }

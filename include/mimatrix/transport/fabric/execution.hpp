@@ -55,7 +55,7 @@ class execution final : public step_executor, private call {
             device::rank_streams* resources = nullptr)
       : step_executor(endpoint->engine(), std::move(plan), sig, kernels, timeout, endpoint->take_bookkeeping()),
         ep_(std::move(endpoint)),
-        packed_(wire::pack(sig, this->plan().algorithm)),
+        packed_(wire::pack(sig, this->plan().algorithm, this->plan().agreement)),
         ws_(ep_->take_workspace()),
         user_output_(output) {
     // A call unmade by an exception (bad input, or a rank's pool short of device memory:

@@ -65,7 +65,7 @@ inline bool execution::take_direct() {
                               : std::to_string(where[0].bytes) + " bytes of its input and " +
                                     std::to_string(where[1].bytes) + " of its output";
         fail(errc::mismatch,
-             describe(at, !same_call ? wire::disagreement(peer, data, packed_, sig(), plan().algorithm)
+             describe(at, !same_call ? wire::disagreement(peer, data, packed_, sig(), plan())
                                      : "rank " + std::to_string(peer) + " offered " + offered +
                                            " where this rank expected its part, " +
                                            std::to_string(d.wanted_input_bytes()) + " bytes of an input and " +

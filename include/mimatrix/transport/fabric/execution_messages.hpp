@@ -143,7 +143,7 @@ inline void execution::on_complete(posted_op& r, const fi_cq_tagged_entry& e) {
   if (st.kind == kind::send || schedule::is_one_sided(st.kind)) return complete(id);
   if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
     return fail(errc::mismatch,
-                describe(context(id), wire::disagreement(st.peer, e.data, packed_, sig(), plan().algorithm)));
+                describe(context(id), wire::disagreement(st.peer, e.data, packed_, sig(), plan())));
   if (e.len != st.dst.bytes)
     return fail(errc::mismatch, describe(context(id), "rank " + std::to_string(st.peer) + " sent " +
                                                           std::to_string(e.len) + " bytes where " +
@@ -163,7 +163,7 @@ inline void execution::on_error(posted_op& r, const fi_cq_err_entry& e) {
   const int code = e.err < 0 ? -e.err : e.err;  // providers differ in the sign
   if (code == FI_ETRUNC && (e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)  // another call's message
     return fail(errc::mismatch,
-                describe(context(id), wire::disagreement(st.peer, e.data, packed_, sig(), plan().algorithm)));
+                describe(context(id), wire::disagreement(st.peer, e.data, packed_, sig(), plan())));
   if (code == FI_ETRUNC)
     return fail(errc::mismatch,
                 describe(context(id), "rank " + std::to_string(st.peer) + " sent " +

@@ -54,7 +54,7 @@ inline bool execution::take_flags() {
     if (f.digest != digest_) {
       if (odd.empty())
         odd = "rank " + std::to_string(f.writer) + " wrote to this rank for a call other than " + to_string(sig()) +
-              " by '" + plan().algorithm + "' (another call, or another algorithm)";
+              " by '" + plan().algorithm + "' (another call, another algorithm, or one built on another topology)";
       return;
     }
     if (odd.empty()) raise_flag(f.tag, f.writer);

@@ -72,7 +72,7 @@ inline bool execution::take_arrived(local_mailboxes& box, int peer) {
 // Inline by its declaration: g++ refuses `inline` on a definition after `noinline`.
 void execution::reject(local_mailboxes& box, int peer, schedule::step_id id, const local_mailboxes::message& m) {
   const std::string why = m.data != packed_
-                              ? wire::disagreement(peer, m.data, packed_, sig(), plan().algorithm)
+                              ? wire::disagreement(peer, m.data, packed_, sig(), plan())
                               : "rank " + std::to_string(peer) + " sent " + std::to_string(m.bytes) +
                                     " bytes where " + std::to_string(step_at(id).dst.bytes) + " were expected (" +
                                     to_string(sig()) + ")";

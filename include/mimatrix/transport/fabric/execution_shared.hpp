@@ -72,7 +72,7 @@ inline bool execution::take_shared(local_mailboxes& box, int peer, schedule::ste
   if (m.bytes == sizeof region) std::memcpy(&region, m.payload, sizeof region);
   if (m.data != packed_ || m.bytes != sizeof region || region.bytes != st.dst.bytes) [[unlikely]] {
     const std::string why =
-        m.data != packed_ ? wire::disagreement(peer, m.data, packed_, sig(), plan().algorithm)
+        m.data != packed_ ? wire::disagreement(peer, m.data, packed_, sig(), plan())
         : m.bytes != sizeof region
             ? "rank " + std::to_string(peer) + " sent " + std::to_string(m.bytes) +
                   " bytes of data where this rank reads its device memory directly (set MIMATRIX_DEVICE_IPC alike "
@@ -125,7 +125,7 @@ inline bool execution::take_reads() {
     small_->take(st.peer);
     if (!same_call) {
       fail(errc::mismatch,
-           describe(context(id), wire::disagreement(st.peer, m->data, packed_, sig(), plan().algorithm)));
+           describe(context(id), wire::disagreement(st.peer, m->data, packed_, sig(), plan())));
       return true;
     }
     read_.push_back(id);

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 
 namespace mimatrix::transport::detail::fabric {
@@ -49,6 +50,12 @@ constexpr std::uint16_t algorithm_digest(std::string_view algorithm) {
   return static_cast<std::uint16_t>(h ^ (h >> 16));
 }
 
+/// schedule::agreement (the topology's and the algorithm's parameters) folded to 16 bits;
+/// 0 stays 0.
+constexpr std::uint16_t agreement_digest(std::uint64_t agreement) {
+  return static_cast<std::uint16_t>(agreement ^ (agreement >> 16) ^ (agreement >> 32) ^ (agreement >> 48));
+}
+
 /// A 16-bit digest of a call's tag (call_options::tag); an untagged call's is 0.
 constexpr std::uint16_t tag_digest(std::uint32_t tag) {
   const std::uint32_t h = tag * 0x9E3779B1u;
@@ -65,17 +72,18 @@ constexpr std::uint16_t epoch_digest(std::uint64_t sequence) {
 }
 
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
-/// carries: [63..48] root (broadcast) or the algorithm's digest (the others), xor the
-/// tag's and the epoch's digests | [47..45] dtype | [44..42] op | [41..40] kind |
+/// carries: [63..48] root (broadcast) or the digests of the algorithm's name and of
+/// `agreement` (the others), xor the tag's and the epoch's digests | [47..45] dtype | [44..42] op | [41..40] kind |
 /// [39..0] count. A receiver that finds another packing than its own knows its peer runs
-/// another call, or the same call by another algorithm or with another tag, or that the
-/// message was left by the call 2^15 earlier. (A broadcast's algorithm is left to the
-/// start-up check of MIMATRIX_ALGO.)
-inline std::uint64_t pack(const signature& s, std::string_view algorithm) {
+/// another call, or the same call by another algorithm, on another topology or with
+/// another tag, or that the message was left by the call 2^15 earlier. (A broadcast's
+/// algorithm is left to the start-up check of MIMATRIX_ALGO.)
+inline std::uint64_t pack(const signature& s, std::string_view algorithm, std::uint64_t agreement = 0) {
   constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
-  const std::uint16_t top =
-      (s.kind == schedule::collective::broadcast ? std::uint16_t(s.root) : algorithm_digest(algorithm)) ^
-      tag_digest(s.tag) ^ epoch_digest(s.sequence);
+  const std::uint16_t top = (s.kind == schedule::collective::broadcast
+                                 ? std::uint16_t(s.root)
+                                 : std::uint16_t(algorithm_digest(algorithm) ^ agreement_digest(agreement))) ^
+                            tag_digest(s.tag) ^ epoch_digest(s.sequence);
   return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
          (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
 }
@@ -100,14 +108,14 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_
 /// the top bits differ, that the algorithm (a broadcast's root) or the tag differs: the
 /// digests do not tell which.
 inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mine, const signature& sig,
-                                std::string_view algorithm) {
+                                std::string_view algorithm, std::uint64_t agreement = 0) {
   constexpr std::uint64_t below_top = (std::uint64_t(1) << 48) - 1;
   constexpr std::uint64_t epoch = std::uint64_t(1) << sequence_bits;
   const std::string who = "rank " + std::to_string(peer) + " runs ";
   for (std::uint64_t back = epoch; back <= sig.sequence && back <= 64 * epoch; back += epoch) {
     signature earlier = sig;
     earlier.sequence -= back;
-    if (theirs == pack(earlier, algorithm))
+    if (theirs == pack(earlier, algorithm, agreement))
       return "a message of rank " + std::to_string(peer) + " left unreceived by " +
              std::string(schedule::to_string(sig.kind)) + " #" + std::to_string(earlier.sequence) +
              " reached this rank's " + std::string(schedule::to_string(sig.kind)) + " #" +
@@ -127,9 +135,16 @@ inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mi
            std::to_string(sig.root) + ", tag " + tag +
            "); every rank must give a call the same root and tag (call_options::tag)";
   }
-  return who + to_string(shape) + " with another algorithm or tag than this rank's (algorithm '" +
+  return who + to_string(shape) + " with another algorithm, topology or tag than this rank's (algorithm '" +
          std::string(algorithm) + "', tag " + tag + "); every rank must give a call the same algorithm (the "
-         "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO) and tag (call_options::tag)";
+         "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO), built alike (the topology's ring "
+         "order, node size or shape; the algorithm's rank order and chunk), and the same tag (call_options::tag)";
+}
+
+/// The same, for a rank that runs `plan`.
+inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mine, const signature& sig,
+                                const schedule::schedule& plan) {
+  return disagreement(peer, theirs, mine, sig, plan.algorithm, plan.agreement);
 }
 
 /// The remote CQ data of a one-sided write, the flag it raises at the target:
