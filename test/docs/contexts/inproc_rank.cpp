@@ -1,14 +1,14 @@
-// A rank of an in-process group, inside mimatrix's namespace as the algorithm pages write.
+// A rank of an in-process group, with mimatrix's names as the algorithm pages write them.
+#include <cstddef>
+#include <vector>
+
 #include <mimatrix/mimatrix.hpp>
 // SNIPPET_HEAD
+using namespace mimatrix;
 
-namespace mimatrix {
-inline void snippet() {
+void snippet() {
   transport::run_inproc(2, [](int rank, transport::inproc::world& world) {
     communicator<transport::inproc> comm(world, rank);
 // SNIPPET
   });
 }
-}  // namespace mimatrix
-
-int main() { mimatrix::snippet(); }

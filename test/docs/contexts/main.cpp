@@ -1,4 +1,5 @@
+// Nothing but the snippet's own includes: the snippet is the body of a function.
 // SNIPPET_HEAD
-int main() {
+void snippet() {
 // SNIPPET
 }
