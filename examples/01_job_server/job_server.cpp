@@ -3,7 +3,8 @@
 //   MIMATRIX_JOB_SECRET=... job_server serve --port 29400 --workers 4 [--min 2] [--form-after-ms 5000]
 //                                            [--heartbeat-ms 2000] [--samples 60000] [--batch 256]
 //                                            [--http-port 9400 [--http-address 127.0.0.1]] [--state-file F]
-//                                            [--rebalance-ms 60000] [--rebalance-confirmations 2] [--cluster hosts.txt]
+//                                            [--rebalance-ms 60000] [--rebalance-confirmations 2]
+//                                            [--throughput-half-life-ms MS] [--cluster hosts.txt]
 //   MIMATRIX_JOB_SECRET=... job_server status --port 29400 [--address 10.0.0.1]
 #include <boost/asio.hpp>
 
@@ -25,7 +26,7 @@ const char* const usage =
     "usage: job_server serve --port P --workers N [--min M] [--form-after-ms 5000] [--heartbeat-ms 2000]\n"
     "                        [--samples 60000] [--batch 256] [--http-port P [--http-address A]]\n"
     "                        [--state-file F] [--rebalance-ms MS] [--rebalance-confirmations 2]\n"
-    "                        [--cluster hosts.txt] [--secret-file F]\n"
+    "                        [--throughput-half-life-ms MS] [--cluster hosts.txt] [--secret-file F]\n"
     "       job_server status --port P [--address 127.0.0.1] [--secret-file F]\n"
     "The shared secret comes from MIMATRIX_JOB_SECRET or --secret-file.\n";
 
@@ -72,6 +73,8 @@ int serve(int argc, char** argv) {
     else if (a == "--cluster") s.cluster = mimatrix::job::load_cluster(value_after(i, argc, argv));
     else if (a == "--rebalance-ms") s.rebalance_every = std::chrono::milliseconds(number_after(i, argc, argv, 0, 1ll << 40));
     else if (a == "--rebalance-confirmations") s.rebalance_confirmations = int(number_after(i, argc, argv, 1, 1 << 20));
+    else if (a == "--throughput-half-life-ms")
+      s.throughput_half_life = std::chrono::milliseconds(number_after(i, argc, argv, 0, 1ll << 40));
     else throw usage_error("job_server serve: unknown option " + a);
   }
   if (!workers_given) throw usage_error("job_server serve: --workers N is required");

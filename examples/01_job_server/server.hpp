@@ -6,18 +6,13 @@
 #pragma once
 
 #include <boost/asio.hpp>
-#include <fcntl.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -25,103 +20,18 @@
 #include <vector>
 
 #include "auth.hpp"
+#include "balance.hpp"
+#include "cluster.hpp"
 #include "protocol.hpp"
+#include "server_settings.hpp"
+#include "session.hpp"
+#include "state_file.hpp"
 
 namespace mimatrix::job {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using clock = std::chrono::steady_clock;
-
-struct server_settings {
-  std::uint16_t port = 0;  // 0: a free port (port() says which)
-  std::string secret;
-  int expected = 1;  // a generation starts when this many workers have joined...
-  int minimum = 1;   // ...or this many, `form_after` after the first one came
-  std::chrono::milliseconds form_after{5000};
-  std::chrono::milliseconds heartbeat_deadline{2000};  // silent this long: dead
-  std::chrono::milliseconds hello_deadline{5000};      // unauthenticated this long: closed
-  std::uint64_t samples = 60000;                       // the dataset, split into shards
-  std::uint32_t global_batch = 256;                    // B, split by throughput
-  /// How often the split is checked against the throughput workers measure (samples a
-  /// second of their own compute, in heartbeats): a member whose batch is off its share
-  /// by more than `rebalance_tolerance` has the generation re-formed. 0: never.
-  std::chrono::milliseconds rebalance_every{0};
-  double rebalance_tolerance = 0.15;
-  /// ...at this many checks in a row: one noisy measurement of a busy host (a neighbour's
-  /// load comes and goes) does not swing every batch back and forth.
-  int rebalance_confirmations = 2;
-  /// The cluster, host by host in order: the switch each hangs off (load_cluster). Ranks
-  /// then go switch by switch, host by host in this order, and assignments name each
-  /// rank's switch, so workers can build BiGraph or hierarchical topologies. Empty: ranks
-  /// by host name, no switches.
-  std::vector<std::pair<std::string, std::uint32_t>> cluster;
-  bool quiet = false;                                  // no log lines on stderr
-  /// Where the server keeps its state (generation, ranks and shards, last completed
-  /// step), so that a restarted server takes its workers back; empty: nowhere.
-  std::string state_file;
-};
-
-/// How the global batch and the dataset split over ranks: b_i = B·s_i/Σs (largest
-/// remainders, so the b_i sum to B), and shards in proportion to b_i.
-struct split {
-  std::vector<std::uint32_t> batch;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> shard;
-};
-
-inline split split_by_throughput(const std::vector<double>& speed, std::uint32_t global_batch, std::uint64_t samples) {
-  const std::size_t n = speed.size();
-  split s;
-  s.batch.assign(n, 0);
-  s.shard.assign(n, {0, 0});
-  if (n == 0) return s;
-  double total = 0;
-  for (double v : speed) total += v > 0 ? v : 0;
-  std::vector<double> exact(n);
-  for (std::size_t i = 0; i < n; ++i)
-    exact[i] = total > 0 ? global_batch * (speed[i] > 0 ? speed[i] : 0) / total : double(global_batch) / double(n);
-  std::uint32_t given = 0;
-  for (std::size_t i = 0; i < n; ++i) given += s.batch[i] = std::uint32_t(exact[i]);
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return exact[a] - s.batch[a] > exact[b] - s.batch[b];
-  });
-  for (std::size_t k = 0; given < global_batch; k = (k + 1) % n, ++given) ++s.batch[order[k]];
-  // A member far slower than the rest (a late joiner's first guess) still gets a sample a
-  // step, from the largest batch: a batch of 0 is no rank's share of the work.
-  if (global_batch >= n)
-    for (std::size_t i = 0; i < n; ++i)
-      if (s.batch[i] == 0) --*std::max_element(s.batch.begin(), s.batch.end()), s.batch[i] = 1;
-  std::uint64_t at = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t len = global_batch ? samples * s.batch[i] / global_batch : samples / n;
-    s.shard[i] = {at, i + 1 == n ? samples : at + len};
-    at = s.shard[i].second;
-  }
-  return s;
-}
-
-/// A cluster description: one line a host, "<host> <switch>" (a switch by any name; '#'
-/// starts a comment). Switches are numbered in their order of first appearance.
-inline std::vector<std::pair<std::string, std::uint32_t>> load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("job server: cannot read the cluster description '" + path + "'");
-  std::vector<std::pair<std::string, std::uint32_t>> hosts;
-  std::map<std::string, std::uint32_t> switches;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::string host, sw, extra;
-    if (!(words >> host)) continue;
-    if (!(words >> sw) || (words >> extra))
-      throw std::runtime_error("job server: " + path + ":" + std::to_string(n) + ": expected '<host> <switch>'");
-    const auto [it, fresh] = switches.try_emplace(sw, std::uint32_t(switches.size()));
-    hosts.emplace_back(host, it->second);
-  }
-  return hosts;
-}
 
 /// What monitoring reads of the server: the generation and every worker's last report.
 struct worker_view {
@@ -139,17 +49,6 @@ struct server_view {
   std::vector<worker_view> workers;
 };
 
-/// Whether an imbalance seen at a check re-forms the generation: only once it has been
-/// seen at `needed` checks in a row (a balanced check starts the count again).
-struct imbalance_streak {
-  int needed = 1;
-  int seen = 0;
-  bool confirm(bool imbalanced) {
-    seen = imbalanced ? seen + 1 : 0;
-    return seen >= std::max(needed, 1);
-  }
-};
-
 /// @par Thread Safety
 /// Runs on one io_context thread; status() and the test accessors are for that thread
 /// (or after run() returned).
@@ -160,7 +59,7 @@ class job_server {
         tick_(io) {
     if (settings_.secret.empty()) throw std::runtime_error("job server: an empty secret would let anyone in");
     load_state();
-    close_on_exec(acceptor_.native_handle());
+    detail::close_on_exec(acceptor_.native_handle());
     asio::co_spawn(io_, accept_loop(), asio::detached);
     asio::co_spawn(io_, watchdog(), asio::detached);
   }
@@ -212,32 +111,8 @@ class job_server {
   }
 
  private:
-  struct session {
-    explicit session(tcp::socket s) : socket(std::move(s)), wake(socket.get_executor()) {
-      wake.expires_at(clock::time_point::max());
-      connected = last_seen = clock::now();
-    }
-    void send(const message& m) {
-      if (closed) return;
-      outbox.push_back(encode(m));
-      wake.cancel_one();
-    }
-    bool in_generation(std::uint64_t g) const { return member_of == g && g != 0; }
-
-    tcp::socket socket;
-    asio::steady_timer wake;  // the writer sleeps on it until the outbox fills
-    std::deque<std::vector<std::byte>> outbox;
-    bool closed = false, registered = false, role_worker = true, left = false;
-    std::uint64_t id = 0, member_of = 0;
-    std::uint32_t rank = 0, batch = 0;
-    worker_info info;
-    heartbeat last;
-    double throughput = 1.0;
-    clock::time_point connected, last_seen;
-    nonce challenge{};
-    std::string peer;
-  };
-  using session_ptr = std::shared_ptr<session>;
+  using session = detail::session;
+  using session_ptr = detail::session_ptr;
 
   struct pending_get {
     std::weak_ptr<session> who;
@@ -245,10 +120,6 @@ class job_server {
     std::string key;
     clock::time_point deadline;
   };
-
-  /// A process the server's process starts (a launcher, a worker beside it) must not keep
-  /// its port open past the server: Asio leaves descriptors inheritable.
-  static void close_on_exec(int fd) { ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC); }
 
   void log(const std::string& line) const {
     if (!settings_.quiet) std::fprintf(stderr, "job_server: %s\n", line.c_str());
@@ -258,33 +129,15 @@ class job_server {
     while (true) {
       tcp::socket socket = co_await acceptor_.async_accept(asio::use_awaitable);
       socket.set_option(tcp::no_delay(true));
-      close_on_exec(socket.native_handle());
+      detail::close_on_exec(socket.native_handle());
       auto s = std::make_shared<session>(std::move(socket));
       boost::system::error_code ec;
       const auto remote = s->socket.remote_endpoint(ec);
       s->peer = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
       sessions_.push_back(s);
-      asio::co_spawn(io_, writer(s), asio::detached);
+      asio::co_spawn(io_, detail::write_outbox(s), asio::detached);
       asio::co_spawn(io_, reader(s), asio::detached);
     }
-  }
-
-  asio::awaitable<void> writer(session_ptr s) {
-    try {
-      while (!s->closed || !s->outbox.empty()) {
-        while (!s->outbox.empty()) {
-          co_await asio::async_write(s->socket, asio::buffer(s->outbox.front()), asio::use_awaitable);
-          s->outbox.pop_front();
-        }
-        if (s->closed) break;
-        boost::system::error_code ec;
-        co_await s->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      }
-    } catch (const std::exception&) {
-    }
-    boost::system::error_code ignored;
-    s->socket.shutdown(tcp::socket::shutdown_both, ignored);
-    s->socket.close(ignored);
   }
 
   asio::awaitable<void> reader(session_ptr s) {
@@ -352,7 +205,7 @@ class job_server {
       s->id = ++last_id_;
       s->info = h->info;
       s->role_worker = h->info.accelerators != observer_mark;
-      s->throughput = h->info.throughput > 0 ? h->info.throughput : 1.0;
+      s->speed = throughput_estimate(h->info.throughput);  // declared: the first measurement replaces it
       s->send(welcome{s->id});
       if (s->role_worker) {
         log("worker " + std::to_string(s->id) + " joined from " + s->info.host + " (" + s->peer + ")");
@@ -365,7 +218,7 @@ class job_server {
           using T = std::decay_t<decltype(body)>;
           if constexpr (std::is_same_v<T, heartbeat>) {
             if (body.generation == generation_ && s->in_generation(generation_)) s->last = body;
-            if (body.throughput > 0) s->throughput = body.throughput;
+            s->speed.add(body.throughput, s->last_seen, throughput_half_life());
           } else if constexpr (std::is_same_v<T, failure>) {
             if (body.generation == generation_ && running_ && s->in_generation(generation_))
               revoke_all("rank " + std::to_string(s->rank) + " reported: " + body.reason);
@@ -480,12 +333,8 @@ class job_server {
     maybe_form(clock::now());
   }
 
-  /// Where a host sits in the cluster description: (switch, its line); hosts it does not
-  /// name come after, by name.
   std::pair<std::uint32_t, std::size_t> place_of(const std::string& host) const {
-    for (std::size_t i = 0; i < settings_.cluster.size(); ++i)
-      if (settings_.cluster[i].first == host) return {settings_.cluster[i].second, i};
-    return {UINT32_MAX, SIZE_MAX};
+    return place_in(settings_.cluster, host);
   }
 
   void form(std::vector<session_ptr> group) {
@@ -504,7 +353,7 @@ class job_server {
     std::vector<std::string> hosts;
     std::vector<std::uint32_t> switches;
     for (const auto& m : group) {
-      speed.push_back(m->throughput), hosts.push_back(m->info.host);
+      speed.push_back(m->speed.value()), hosts.push_back(m->info.host);
       if (!settings_.cluster.empty()) {
         const std::uint32_t sw = place_of(m->info.host).first;
         if (sw == UINT32_MAX) log("worker " + std::to_string(m->id) + "'s host " + m->info.host + " is not in the cluster description");
@@ -531,53 +380,29 @@ class job_server {
     save_state();
   }
 
-  // ---- the state file -----------------------------------------------------------------
-
-  struct saved_member {
-    std::uint32_t rank = 0, batch = 0;
-    std::string key, host;
-  };
+  // ---- the state file (state_file.hpp) -----------------------------------------------
 
   /// Reads the state file, if there is one: the generation its workers run goes on once
   /// they are all back.
   void load_state() {
     if (settings_.state_file.empty()) return;
-    std::ifstream in(settings_.state_file);
-    if (!in) return;
-    std::string word;
-    int version = 0;
-    if (!(in >> word >> version) || word != "mimatrix-job-state" || version != 1)
-      throw std::runtime_error("job server: '" + settings_.state_file + "' is not a job state file");
-    while (in >> word) {
-      if (word == "generation") in >> generation_;
-      else if (word == "completed_step") in >> resume_step_;
-      else if (word == "member") {
-        saved_member m;
-        in >> m.rank >> m.batch >> m.key >> m.host;
-        saved_.push_back(std::move(m));
-      } else {
-        throw std::runtime_error("job server: '" + settings_.state_file + "' holds an unknown entry '" + word + "'");
-      }
-    }
+    std::optional<saved_state> state = read_state_file(settings_.state_file);
+    if (!state) return;
+    generation_ = state->generation;
+    resume_step_ = state->completed_step;
+    saved_ = std::move(state->members);
     restarted_at_ = clock::now();
     if (!saved_.empty())
       log("restarted: waiting for the " + std::to_string(saved_.size()) + " workers of generation " +
           std::to_string(generation_));
   }
 
-  /// Writes the state file whole, then renames it over the old one.
   void save_state() {
     if (settings_.state_file.empty()) return;
     saved_step_ = completed_step();
-    const std::string temporary = settings_.state_file + ".tmp";
-    {
-      std::ofstream out(temporary, std::ios::trunc);
-      out << "mimatrix-job-state 1\ngeneration " << generation_ << "\ncompleted_step " << saved_step_ << "\n";
-      for (const auto& m : members_)
-        if (m->info.key.find_first_of(" \n") == std::string::npos && m->info.host.find_first_of(" \n") == std::string::npos)
-          out << "member " << m->rank << " " << m->batch << " " << m->info.key << " " << m->info.host << "\n";
-    }
-    std::rename(temporary.c_str(), settings_.state_file.c_str());
+    saved_state state{generation_, saved_step_, {}};
+    for (const auto& m : members_) state.members.push_back({m->rank, m->batch, m->info.key, m->info.host});
+    write_state_file(settings_.state_file, state);
   }
 
   /// After a restart: once every worker of the saved generation is back, it goes on as
@@ -613,19 +438,22 @@ class job_server {
     return true;
   }
 
-  /// Why the running generation's local batches no longer follow the members' measured
-  /// throughput (the SJSU balancing), or "" when they do.
+  /// Why the running generation's local batches no longer follow the members' smoothed
+  /// throughput (the SJSU balancing) by more than the tolerance, or "" when they do.
   std::string imbalance() const {
+    std::vector<std::uint32_t> have;
     std::vector<double> speed;
-    for (const auto& m : members_) speed.push_back(m->throughput);
-    const split want = split_by_throughput(speed, settings_.global_batch, settings_.samples);
-    for (std::size_t r = 0; r < members_.size(); ++r) {
-      const double have = members_[r]->batch, ideal = want.batch[r];
-      if (ideal > 0 && std::abs(have - ideal) > settings_.rebalance_tolerance * ideal)
-        return "rebalancing: rank " + std::to_string(r) + " (" + members_[r]->info.host + ") has batch " +
-               std::to_string(members_[r]->batch) + " but its throughput calls for " + std::to_string(want.batch[r]);
-    }
-    return {};
+    for (const auto& m : members_) have.push_back(m->batch), speed.push_back(m->speed.value());
+    const auto gap = off_share(have, speed, settings_.global_batch, settings_.rebalance_tolerance);
+    if (!gap) return {};
+    return "rebalancing: rank " + std::to_string(gap->rank) + " (" + members_[gap->rank]->info.host + ") has batch " +
+           std::to_string(gap->have) + " but its throughput calls for " + std::to_string(gap->want);
+  }
+
+  std::chrono::duration<double> throughput_half_life() const {
+    if (settings_.throughput_half_life.count() > 0) return settings_.throughput_half_life;
+    if (settings_.rebalance_every.count() > 0) return 3 * settings_.rebalance_every;
+    return std::chrono::seconds(1);
   }
 
   /// The last step every member of the generation completed (monotone across generations).

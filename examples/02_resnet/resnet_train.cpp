@@ -5,7 +5,7 @@
 //
 //   resnet_train --model resnet20 --epochs 30                       # one rank
 //   mimatrix-run -n 2 resnet_train --epochs 1 --steps 100           # two ranks (RANK, WORLD_SIZE, ...)
-//   MIMATRIX_JOB_SECRET=... resnet_train --job-server 127.0.0.1:29400
+//   MIMATRIX_JOB_SECRET=... resnet_train --job-server 127.0.0.1:29400 [--reconnect-ms 60000]
 //   mimatrix-run -n 2 resnet_train --device cuda                  # a GPU a rank
 #include "train/options.hpp"
 #include "train/run.hpp"
@@ -112,6 +112,9 @@ int run_with_job_server(Session& s) {
   settings.address = s.opt.job_server.substr(0, colon);
   settings.port = std::uint16_t(std::stoi(s.opt.job_server.substr(colon + 1)));
   settings.secret = job::load_secret();
+  // A lost connection is joined again for this long, as job_worker --reconnect-ms does: a
+  // server restarted on its state file takes the generation back, and training goes on.
+  settings.reconnect_for = std::chrono::milliseconds(s.opt.reconnect_ms);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   settings.info.host = host;

@@ -5,16 +5,7 @@
 # and the loss still falls. Prints PASS or what failed.
 #
 #   examples/02_resnet/test/job_recovery_test.sh <build dir>
-set -uo pipefail
-build=${1:?usage: job_recovery_test.sh <build dir>}
-dir=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
-
-export MIMATRIX_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-export MIMATRIX_PROVIDER=${MIMATRIX_PROVIDER:-shm}
+source "$(dirname "$0")/job_test_setup.sh"  # build, dir, pids, fail, the secret
 port=$((30000 + RANDOM % 1000))
 steps=12  # an epoch: the run is 2 epochs of 12 steps of 48 samples
 "$build/examples/01_job_server/job_server" serve --port "$port" --workers 3 --min 2 --batch 48 \

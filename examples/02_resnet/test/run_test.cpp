@@ -1,9 +1,11 @@
 // resnet_train's refusals: every numeric flag parsed whole and range-checked, naming the
 // flag; --resume of a missing checkpoint or of another seed or batch; a checkpoint path
-// rank 0 cannot write; a rank given no samples (which divided by zero).
+// rank 0 cannot write; a rank given no samples (which divided by zero); the progress line's
+// loss is the group's mean, not rank 0's.
 #include "train/options.hpp"
 #include "train/run.hpp"
 
+#include <mimatrix/collectives.hpp>
 #include <mimatrix/communicator.hpp>
 #include <mimatrix/transport/inproc.hpp>
 
@@ -11,9 +13,12 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -144,6 +149,62 @@ TEST(train_group, a_rank_with_no_samples_is_refused_by_every_rank) {
     }
   });
   for (const auto& why : errors) EXPECT_NE(why.find("rank 0 of 2 has local batch 0"), std::string::npos) << why;
+}
+
+TEST(train_group, the_mean_loss_weighs_each_rank_by_its_samples) {
+  // Three ranks: 1.0 over 1 sample, 6.0 over 2, 2.0 over 1: (1 + 6 + 2) / 4, not rank 0's 1.
+  const double sums[3][2] = {{1.0, 1}, {6.0, 2}, {2.0, 1}};
+  std::vector<double> means(3);
+  mx::transport::run_inproc(3, [&](int rank, inproc::world& world) {
+    mx::communicator<inproc> comm(world, rank);
+    mx::collectives<inproc> coll(comm);
+    rt::step_statistics st;
+    st.loss_sum = sums[rank][0];
+    st.samples = std::int64_t(sums[rank][1]);
+    means[std::size_t(rank)] = rt::group_mean_loss(coll, st);
+  });
+  for (double m : means) EXPECT_EQ(m, 9.0 / 4.0);
+}
+
+TEST(train_group, the_step_line_prints_the_groups_mean_loss_not_rank_0s) {
+  // Local batches 1 and 3 of 4: the ranks' slices differ, and so do their losses.
+  rt::options o = small_run(4);
+  o.steps = 2;
+  o.log_every = 1;
+  std::vector<std::vector<rt::step_statistics>> seen(2);
+  std::string failure;  // the capture ends before any check: a failure's report is stdout too
+  testing::internal::CaptureStdout();
+  try {
+    mx::transport::run_inproc(2, [&](int rank, inproc::world& world) {
+      omp_set_num_threads(1);
+      mx::communicator<inproc> comm(world, rank);
+      auto s = small_session(o);
+      for (auto& label : s.train_set.labels) label %= 10;  // synthetic labels are ImageNet's
+      rt::train_group(s, comm, rank == 0 ? 1 : 3,
+                      [&](const rt::step_report& r) { seen[std::size_t(rank)].push_back(r.stats); });
+    });
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(failure, "") << out;
+  std::istringstream lines(out);
+  std::size_t checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    long long step = 0, steps = 0;
+    double printed = 0;
+    if (std::sscanf(line.c_str(), "  step %lld/%lld: loss %lf (group mean)", &step, &steps, &printed) != 3) continue;
+    ASSERT_GE(step, 1);
+    ASSERT_LE(std::size_t(step), seen[0].size());
+    const auto& mine = seen[0][std::size_t(step - 1)];
+    const auto& other = seen[1][std::size_t(step - 1)];
+    const double mean = (mine.loss_sum + other.loss_sum) / double(mine.samples + other.samples);
+    const double own = mine.loss_sum / double(mine.samples);
+    EXPECT_NEAR(printed, mean, 1e-4) << line;
+    ASSERT_GT(std::abs(own - mean), 1e-3) << "rank 0's loss is the mean: the check tells nothing";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2u) << out;
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct options {
   std::int64_t stop_after = 0;    // end after this many epochs of this run (0: at the last)
   int threads = 0;                // oneDNN's threads a rank (0: cores / local ranks)
   std::string job_server;         // host:port: take ranks, batches and recovery from it
+  std::int64_t reconnect_ms = 0;  // with job_server: how long to rejoin a restarted server (0: not)
   std::int64_t log_every = 0;     // a progress line every n steps (0: per epoch only)
   std::string device = "cpu";     // cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU a rank)
   bool tf32 = false;              // GPU: TF32 tensor cores for convolutions and products
@@ -57,8 +58,8 @@ inline void print_usage() {
       "             [--schedule onecycle|cosine|step|constant] [--warmup-epochs 0] [--seed 1] [--no-augment]\n"
       "             [--bucket-kib 0=auto] [--no-overlap] [--progress thread|caller] [--measure-every 16]\n"
       "             [--sync-bn] [--sfb auto|on|off] [--no-eval] [--test-samples N]\n"
-      "             [--checkpoint FILE [--resume]] [--stop-after EPOCHS] [--threads N] [--job-server HOST:PORT]\n"
-      "             [--log-every N] [--device cpu|cuda [--tf32]]\n"
+      "             [--checkpoint FILE [--resume]] [--stop-after EPOCHS] [--threads N]\n"
+      "             [--job-server HOST:PORT [--reconnect-ms MS]] [--log-every N] [--device cpu|cuda [--tf32]]\n"
       "Ranks: alone, under mimatrix-run/torchrun/srun (RANK, WORLD_SIZE, ...), or from the job server\n"
       "(--job-server; secret in MIMATRIX_JOB_SECRET).\n");
 }
@@ -108,6 +109,7 @@ inline options parse_options(int argc, char** argv) {
     else if (a == "--stop-after") o.stop_after = parse_integer(a, value(), 0);
     else if (a == "--threads") o.threads = int(parse_integer(a, value(), 0, 4096));
     else if (a == "--job-server") o.job_server = value();
+    else if (a == "--reconnect-ms") o.reconnect_ms = parse_integer(a, value(), 0);
     else if (a == "--log-every") o.log_every = parse_integer(a, value(), 0);
     else if (a == "--device") {
       o.device = value();

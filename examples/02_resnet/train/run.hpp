@@ -14,6 +14,7 @@
 #include "train/data_parallel.hpp"
 #include "train/options.hpp"
 #include "train/state.hpp"
+#include "train/step_statistics.hpp"
 
 #include <mimatrix/collectives.hpp>
 #include <mimatrix/communicator.hpp>
@@ -186,6 +187,15 @@ struct session {
   }
 };
 
+/// A step's loss over the whole group: every rank's loss sum over every rank's samples, as
+/// the epoch line measures it (rank 0's own would show only its slice). Every rank calls it.
+template <class Collectives>
+double group_mean_loss(Collectives& coll, const step_statistics& st) {
+  double sums[2] = {st.loss_sum, double(st.samples)};
+  coll.allreduce(sums, sums, 2, dtype::float64, reduce::op_kind::sum).wait();
+  return sums[0] / sums[1];
+}
+
 /// What a step tells the caller (the job server's heartbeat).
 struct step_report {
   std::int64_t step = 0;
@@ -287,10 +297,14 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
         wait_serial += st.wait_ms, ++serial_steps;
     }
     if (on_step) on_step({s.step, local_batch, st});
-    if (opt.log_every > 0 && s.step % opt.log_every == 0 && rank == 0) {
-      std::printf("  step %lld/%lld: loss %.4f lr %.4f\n", static_cast<long long>(s.step),
-                  static_cast<long long>(s.total_steps), st.loss_sum / double(st.samples), s.schedule(s.step - 1));
-      std::fflush(stdout);
+    // Every rank is at the same step, so all take part in the progress line's sum.
+    if (opt.log_every > 0 && s.step % opt.log_every == 0) {
+      const double loss = group_mean_loss(coll, st);
+      if (rank == 0) {
+        std::printf("  step %lld/%lld: loss %.4f (group mean) lr %.4f\n", static_cast<long long>(s.step),
+                    static_cast<long long>(s.total_steps), loss, s.schedule(s.step - 1));
+        std::fflush(stdout);
+      }
     }
 
     if (s.step % s.steps_per_epoch != 0 && s.step != s.total_steps) continue;
