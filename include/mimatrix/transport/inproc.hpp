@@ -30,7 +30,8 @@ namespace mimatrix::transport {
 /// @par Thread Safety
 /// A `world` is shared by all ranks' threads. Each rank's endpoint (and the
 /// communicator over it) is used by one thread at a time, besides its progress thread
-/// (progress_mode::thread); one endpoint per rank.
+/// (progress_mode::thread). A rank may open several endpoints on one world, in turn or
+/// at once, as long as every rank opens them in the same order (the k-th of each meet).
 class inproc {
  public:
   using world = detail::inproc_world;
@@ -40,6 +41,7 @@ class inproc {
       throw error(errc::invalid_argument, "transport::inproc: rank " + std::to_string(rank) +
                                               " is outside a group of " + std::to_string(group.size()));
     engine_ = std::make_shared<progress_engine>(std::make_unique<detail::inproc_port>(group, rank));
+    instance_ = group.open(rank);
   }
 
   int rank() const { return rank_; }
@@ -57,7 +59,7 @@ class inproc {
                                                      const signature& sig, const reduce::host_kernels& kernels,
                                                      std::chrono::milliseconds timeout) {
     auto lock = engine_->lock();
-    return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, std::move(plan), input, output, sig,
+    return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, key(sig), std::move(plan), input, output, sig,
                                                       kernels, timeout);
   }
 
@@ -72,7 +74,7 @@ class inproc {
     if (engine_->mode() != progress_mode::thread) engine_->set_mode(progress_mode::thread);
     return streams_->made_outside([&]() -> std::unique_ptr<mimatrix::detail::operation> {
       auto lock = engine_->lock();
-      return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, plan, input, output, sig, kernels,
+      return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, key(sig), plan, input, output, sig, kernels,
                                                         timeout, &caller, streams_.get());
     });
   }
@@ -85,13 +87,16 @@ class inproc {
   /// This rank will not take part in call `sig`: its peers fail with `code` at once
   /// instead of waiting for their deadline.
   void fail(const signature& sig, errc code, const std::string& why) {
-    world_->fail(sig.sequence, {code, why});
-    world_->leave(sig.sequence);
+    world_->fail(key(sig), {code, why});
+    world_->leave(key(sig));
   }
 
  private:
+  std::uint64_t key(const signature& sig) const { return world::call_key(instance_, sig.sequence); }
+
   world* world_;
   int rank_;
+  std::uint64_t instance_ = 0;  // this rank's endpoints opened on the world before this one
   std::shared_ptr<device::rank_streams> streams_ = std::make_shared<device::rank_streams>();
   std::shared_ptr<progress_engine> engine_;  // after streams_: its calls end first
 };

@@ -134,5 +134,40 @@ TEST(communicator, a_collective_object_kept_past_its_communicator_refuses_its_ca
   });
 }
 
+// Found by a black-box test: with 3 ranks or more, communicators made and ended in a loop
+// on one world failed within a few rounds: a rank's next communicator joined call #0
+// while a slower peer was still leaving the last one's call #0, and the two shared one
+// entry of the world's board, so every rank timed out saying the others never called.
+TEST(communicator, communicators_made_and_ended_in_a_loop_on_one_world_stay_exact) {
+  for (int p : {3, 4})
+    transport::run_inproc(p, [&](int r, inproc::world& w) {
+      for (std::int64_t round = 0; round < 150; ++round) {
+        communicator<inproc> comm(w, r);
+        comm.set_timeout(10s);
+        sum_t sum(comm);
+        std::vector<std::int64_t> v(1000, round * 100 + r);
+        sum(v);
+        ASSERT_EQ(v[999], p * round * 100 + p * (p - 1) / 2) << "rank " << r << " of " << p << ", round " << round;
+      }
+    });
+}
+
+// Several communicators open at once on one world, opened in one order on every rank, run
+// their calls apart: each one's call #0 is its own.
+TEST(communicator, communicators_open_at_once_on_one_world_keep_their_calls_apart) {
+  transport::run_inproc(3, [&](int r, inproc::world& w) {
+    communicator<inproc> first(w, r), second(w, r);
+    first.set_timeout(10s);
+    second.set_timeout(10s);
+    sum_t a(first), b(second);
+    std::vector<std::int64_t> x(500, 1), y(500, 10 + r);
+    auto later = b.start(y);  // second's call #0 before first's
+    a(x);
+    later.wait();
+    EXPECT_EQ(x[499], 3) << "rank " << r;
+    EXPECT_EQ(y[0], 33) << "rank " << r;
+  });
+}
+
 }  // namespace
 }  // namespace mimatrix

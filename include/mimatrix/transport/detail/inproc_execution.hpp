@@ -32,7 +32,8 @@ class inproc_execution final : public step_executor {
  public:
   /// Joins the call at once: a peer waiting for it sees this rank there, whatever this
   /// rank waits for next.
-  inproc_execution(std::shared_ptr<progress_engine> engine, inproc_world& world, int rank,
+  /// `call` is the call's key on the world (inproc_world::call_key).
+  inproc_execution(std::shared_ptr<progress_engine> engine, inproc_world& world, int rank, std::uint64_t call,
                    std::shared_ptr<const schedule::schedule> plan, const std::byte* input, std::byte* output,
                    const signature& sig, const reduce::host_kernels& kernels, std::chrono::milliseconds timeout,
                    const device::stream* caller = nullptr, device::rank_streams* resources = nullptr)
@@ -40,6 +41,7 @@ class inproc_execution final : public step_executor {
         owner_(std::move(engine)),
         world_(world),
         rank_(rank),
+        call_(call),
         sends_(std::make_unique<posted_send[]>(this->plan().steps.size())) {
     mem_ = {input, output, nullptr};
     if (caller && direct_collective::fits(this->plan())) {  // threads reach each other's device memory
@@ -54,7 +56,7 @@ class inproc_execution final : public step_executor {
       scratch_.resize(this->plan().scratch_bytes);
       mem_.scratch = scratch_.data();
     }
-    if (auto f = world_.join(rank_, sig, this->plan().algorithm, this->plan().agreement))
+    if (auto f = world_.join(rank_, call_, sig, this->plan().algorithm, this->plan().agreement))
       fail(f->code, f->message);
     start();
   }
@@ -75,7 +77,7 @@ class inproc_execution final : public step_executor {
               : st.kind == schedule::step_kind::write ? posted_kind::write
                                                       : posted_kind::notify;
     ps.source = rank_;
-    ps.sequence = sig().sequence;
+    ps.sequence = call_;
     ps.tag = st.tag;
     ps.data = st.kind == schedule::step_kind::notify ? nullptr : mem_.read(st.src);
     ps.bytes = st.kind == schedule::step_kind::notify ? 0 : st.src.bytes;
@@ -105,16 +107,16 @@ class inproc_execution final : public step_executor {
   /// Every rank's signature must be seen before success is reported, so that no rank
   /// finishes a call another rank got wrong.
   bool conclude() override {
-    if (auto f = world_.failed(sig().sequence)) return fail_from(f->code, f->message), false;
-    if (!world_.missing(sig().sequence).empty()) return false;
-    world_.leave(sig().sequence);
+    if (auto f = world_.failed(call_)) return fail_from(f->code, f->message), false;
+    if (!world_.missing(call_).empty()) return false;
+    world_.leave(call_);
     return true;
   }
 
   /// Rounds without progress before the board is read: a peer is usually microseconds away.
   void stalled(int rounds) override {
     if (rounds < world_.spin_limit()) return;
-    if (auto f = world_.failed(sig().sequence)) fail_from(f->code, f->message);
+    if (auto f = world_.failed(call_)) fail_from(f->code, f->message);
   }
 
   /// A landing on device memory is done: the sender's memory is free again.
@@ -124,14 +126,14 @@ class inproc_execution final : public step_executor {
   }
 
   std::string stall_detail() const override {
-    const std::string absent = world_.missing(sig().sequence);
+    const std::string absent = world_.missing(call_);
     return absent.empty() ? std::string() : "; rank(s) " + absent + " never called " + to_string(sig());
   }
 
   /// Records the failure for the other ranks and takes back every send that a receiver
   /// has not claimed (waiting for one being read now).
   void on_failure(errc code, bool) override {
-    world_.fail(sig().sequence, {code, message()});
+    world_.fail(call_, {code, message()});
     // What this rank holds and will not read now (a landing the device refused), before
     // it waits for its peers to let go of its own: they may be waiting likewise.
     for (posted_send*& held : held_)
@@ -142,7 +144,7 @@ class inproc_execution final : public step_executor {
         while (!ps.done.load(std::memory_order_acquire)) std::this_thread::yield();
     }
     in_flight_.clear();
-    world_.leave(sig().sequence);
+    world_.leave(call_);
   }
 
   // ---- matching ---------------------------------------------------------------------
@@ -159,7 +161,7 @@ class inproc_execution final : public step_executor {
         posted_send* found = nullptr;
         for (std::size_t i = 0; i < box.posted.size(); ++i) {
           posted_send* ps = box.posted[i];
-          if (ps->kind == posted_kind::message && ps->source == st.peer && ps->sequence == sig().sequence &&
+          if (ps->kind == posted_kind::message && ps->source == st.peer && ps->sequence == call_ &&
               ps->tag == st.tag) {
             found = ps;
             box.posted[i] = box.posted.back();
@@ -208,7 +210,7 @@ class inproc_execution final : public step_executor {
       std::lock_guard lock(box.mutex);
       std::size_t kept = 0;
       for (posted_send* ps : box.posted) {
-        if (ps->kind != posted_kind::message && ps->sequence == sig().sequence)
+        if (ps->kind != posted_kind::message && ps->sequence == call_)
           arrived_.push_back(ps);
         else
           box.posted[kept++] = ps;
@@ -301,6 +303,7 @@ class inproc_execution final : public step_executor {
   std::shared_ptr<progress_engine> owner_;
   inproc_world& world_;
   int rank_;
+  std::uint64_t call_;  // the key of this call on the world: its sequence and communicator
   std::vector<std::byte> scratch_;
   std::unique_ptr<posted_send[]> sends_;  // indexed by step id; used by send steps
   std::vector<schedule::step_id> waiting_, in_flight_, done_;

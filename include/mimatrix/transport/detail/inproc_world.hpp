@@ -70,6 +70,7 @@ class inproc_world {
     if (size < 1)
       throw error(errc::invalid_argument, "transport::inproc: a group needs at least one rank, got " + std::to_string(size));
     for (int r = 0; r < size; ++r) boxes_.push_back(std::make_unique<mailbox>());
+    opened_.assign(std::size_t(size), 0);
     const unsigned cores = std::thread::hardware_concurrency();
     spin_limit_ = cores == 0 || static_cast<unsigned>(size) <= cores ? yields_before_sleep : 0;
   }
@@ -83,6 +84,24 @@ class inproc_world {
   /// the peer needs, so then ranks sleep at once.
   int spin_limit() const { return spin_limit_; }
   mailbox& box(int rank) { return *boxes_[rank]; }
+
+  /// Opens an endpoint of `rank`: the number of endpoints `rank` opened here before.
+  /// Ranks open their communicators on a world in one order, so the k-th of each meet,
+  /// and their calls' keys never meet those of an earlier or concurrent communicator,
+  /// whose sequences also start at 0. (Found by a black-box test: a communicator made
+  /// while a peer still left the last one's call #0 shared its board entry, and every
+  /// rank timed out saying the others never called.)
+  std::uint64_t open(int rank) {
+    std::lock_guard lock(board_mutex_);
+    return opened_[std::size_t(rank)]++;
+  }
+
+  /// The world's key of call `sequence` of a rank's endpoint `instance` (open()).
+  static constexpr std::uint64_t call_key(std::uint64_t instance, std::uint64_t sequence) {
+    return (instance << sequence_bits) | (sequence & ((std::uint64_t(1) << sequence_bits) - 1));
+  }
+  /// 2^44 calls a communicator, 2^20 communicators a world.
+  static constexpr int sequence_bits = 44;
 
   /// Wakes `rank` if it waits for an event.
   void notify(int rank) {
@@ -116,18 +135,19 @@ class inproc_world {
     return false;
   }
 
-  /// Records that `rank` entered call `sig.sequence` (waking ranks that wait for it);
+  /// Records that `rank` entered `call` (call_key: `sig.sequence` of one of its
+  /// communicators), waking ranks that wait for it;
   /// returns a failure if its signature differs from one already there, recorded
   /// for every rank to see.
   /// `algorithm` and `agreement` (the schedule's name and schedule::agreement) must agree
   /// too: ranks of one shape that run different algorithms, or one algorithm on different
   /// topologies, would each wait for messages the others never send.
-  std::optional<failure> join(int rank, const signature& sig, std::string_view algorithm = {},
+  std::optional<failure> join(int rank, std::uint64_t call, const signature& sig, std::string_view algorithm = {},
                               std::uint64_t agreement = 0) {
     std::optional<failure> result;
     {
       std::lock_guard lock(board_mutex_);
-      entry& e = board(sig.sequence);
+      entry& e = board(call);
       e.joined[rank] = sig;
       e.algorithms[rank] = algorithm;
       e.agreements[rank] = agreement;
@@ -217,7 +237,8 @@ class inproc_world {
   static constexpr int yields_before_sleep = 64;
   int spin_limit_ = 0;
   std::mutex board_mutex_;
-  std::map<std::uint64_t, entry> board_;
+  std::map<std::uint64_t, entry> board_;  // by call_key
+  std::vector<std::uint64_t> opened_;     // by rank: endpoints opened (open())
 };
 
 /// How a rank waits for its peers: yields while they are likely microseconds away, then
