@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -195,6 +196,28 @@ MIMATRIX_SCENARIO(algorithms_disagree) {
   return with_allreduce([](communicator<fabric>& comm, auto& sum) {
     std::vector<int> data(1000, 1);
     return expect_error(comm, [&] { sum(data); });
+  });
+}
+
+// Rank 0's communicator ends before a call its peers start (an exception unwound it): the
+// peers, with a deadline of 20 s, must fail at once naming rank 0, and rank 0's destructor
+// must not wait for their deadline. Found by a black-box test: rank 0 sat in its destructor
+// until the others timed out, and they blamed another rank.
+MIMATRIX_SCENARIO(a_rank_closes_before_a_call) {
+  std::optional<communicator<fabric>> comm(std::in_place);
+  comm->set_timeout(std::chrono::milliseconds(20'000));
+  collectives<fabric> coll(*comm);
+  std::vector<int> data(1000, 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum).wait();  // call #0
+  if (comm->rank() == 0) {
+    const auto closing = clock_type::now();
+    comm.reset();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - closing).count();
+    std::printf("CLOSED_IN %lld\n", static_cast<long long>(ms));
+    return 0;
+  }
+  return expect_error(*comm, [&] {
+    coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum).wait();
   });
 }
 
@@ -514,6 +537,26 @@ TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_
   expect_disagreement_named("algorithms_disagree", [](const std::string& line, int) {
     return line.find("with another algorithm, topology or tag than this rank's") != std::string::npos;
   });
+}
+
+TEST(fabric_failure_close, a_rank_that_closes_before_a_call_is_named_by_its_peers_at_once) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(3, provider, "a_rank_closes_before_a_call", {}, std::chrono::seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    for (int rank = 1; rank < 3; ++rank) {
+      const std::string line = caught(r, rank);
+      ASSERT_FALSE(line.empty()) << test::all_output(r);
+      EXPECT_NE(line.find("rank 0 closed its communicator after 1 call(s): it joins no call from #1 on"),
+                std::string::npos)
+          << line;
+      EXPECT_LT(caught_ms(line), 5000) << line;
+    }
+    const std::string& out = r.output[0];
+    const auto at = out.find("CLOSED_IN ");
+    ASSERT_NE(at, std::string::npos) << test::all_output(r);
+    EXPECT_LT(std::stoll(out.substr(at + 10)), 10'000) << test::all_output(r);
+  }
 }
 
 TEST(fabric_failure_algorithms, ranks_on_rings_of_different_orders_fail_at_once_with_mismatch) {

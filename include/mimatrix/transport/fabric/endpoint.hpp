@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -312,6 +313,7 @@ class endpoint {
   /// The failure another rank (or this one) announced for call `sequence`, if any.
   const fabric::failure* failure(std::uint64_t sequence) const {
     if (every_call_) return every_call_;    // disabled or aborted: every call, in flight or not
+    if (left_ && sequence >= left_->first) return &left_->second;  // a peer closed before it
     if (failures_.empty()) return nullptr;  // the common case, checked every round
     auto it = failures_.find(sequence);
     return it == failures_.end() ? nullptr : &it->second;
@@ -319,6 +321,10 @@ class endpoint {
   bool any_failure() const { return !failures_.empty(); }
   /// The failure of the latest call that failed, here or on another rank; null if none.
   const fabric::failure* latest_failure() const { return failures_.empty() ? nullptr : &failures_.rbegin()->second; }
+
+  /// This rank runs (or refused) call `sequence`: a rank that closes tells its peers how
+  /// many calls it made, so that those in a later one fail at once, naming it.
+  void entered(std::uint64_t sequence) { calls_ = std::max(calls_, sequence + 1); }
 
   /// The communicator was aborted, here or on another rank (abort_all); null if not.
   const fabric::failure* aborted() const { return aborted_ ? &*aborted_ : nullptr; }
@@ -464,6 +470,8 @@ class endpoint {
   std::map<std::uint64_t, fabric::failure> failures_;
   std::optional<fabric::failure> aborted_;   // abort_all(), here or on another rank
   const fabric::failure* every_call_ = nullptr;  // disabled_ or aborted_, once either is
+  std::uint64_t calls_ = 0;  // calls this rank ran (entered())
+  std::optional<std::pair<std::uint64_t, fabric::failure>> left_;  // the first call a closed peer never joins
   std::optional<fabric::failure> disabled_;  // disable(): the libfabric endpoint is closed
   struct queued_control {
     posted_op* request;

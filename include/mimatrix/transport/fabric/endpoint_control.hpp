@@ -135,6 +135,10 @@ inline void endpoint::on_control(const wire::control_message& m) {
         relay(m);
       }
       break;
+    case wire::control_type::left:
+      if (m.source >= 0 && m.source < size_ && (!left_ || m.value < left_->first))
+        left_.emplace(m.value, fabric::failure{errc::aborted, m.text});
+      break;
     case wire::control_type::pong:
       if (m.source >= 0 && m.source < size_)
         pongs_[std::size_t(m.source)] = std::max(pongs_[std::size_t(m.source)], m.value);

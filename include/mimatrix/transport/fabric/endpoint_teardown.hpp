@@ -26,12 +26,22 @@ inline void endpoint::say_goodbye() noexcept {
   try {
     // Every store request is bounded by what is left: a frozen rank 0 (its store's host)
     // must not hold the others past the limit.
-    const auto limit =
-        any_failure() || aborted_ || !ended_peers().empty() ? goodbye_after_failure : settings_.startup_timeout;
+    const bool failed = any_failure() || aborted_ || !ended_peers().empty();
+    const auto limit = failed ? goodbye_after_failure : settings_.startup_timeout;
     const auto until = clock::now() + limit;
     const auto left = [&] {
       return std::max(std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()), std::chrono::milliseconds(1));
     };
+    // Peers still in a call this rank never joins (an exception unwound its communicator)
+    // would wait for it to their deadline, blaming another rank, while it waits here. (After
+    // a failure they know already.)
+    if (ep_ && size_ > 1 && !failed) {
+      const std::string text = "rank " + std::to_string(rank_) + " closed its communicator after " +
+                               std::to_string(calls_) + " call(s): it joins no call from #" + std::to_string(calls_) +
+                               " on (an exception or an early return on that rank?)";
+      for (int peer = 0; peer < size_; ++peer)
+        if (peer != rank_) send_control(peer, {wire::control_type::left, errc::aborted, rank_, calls_, text}, until);
+    }
     const std::string key = prefix_ + "goodbye";
     std::int64_t here = size_ == 1 ? 1 : store_->add_within(key, 1, left());
     while (here < size_ && clock::now() < until) {

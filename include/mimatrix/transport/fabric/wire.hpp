@@ -182,8 +182,9 @@ inline bool earlier(std::uint32_t a, std::uint32_t b) {
   return behind != 0 && behind < (1u << (sequence_bits - 1));
 }
 
-/// abort: one call failed; shutdown: the communicator was aborted (every call fails).
-enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3, shutdown = 4 };
+/// abort: one call failed; shutdown: the communicator was aborted (every call fails);
+/// left: the sender closed its endpoint after `value` calls (it joins none from #value on).
+enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3, shutdown = 4, left = 5 };
 
 /// A control message: a fixed header and, for abort, the failure's text.
 struct control_message {
@@ -193,7 +194,7 @@ struct control_message {
   control_type type = control_type::abort;
   errc code = errc::aborted;
   int source = -1;
-  std::uint64_t value = 0;  // abort: the call's sequence number; ping/pong: the probe's nonce
+  std::uint64_t value = 0;  // abort: the call's sequence; ping/pong: the probe's nonce; left: calls made
   std::string text;
 
   /// Writes the message into `out` (capacity bytes); returns its length.

@@ -146,6 +146,7 @@ MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::sh
                                                                          const reduce::host_kernels& kernels,
                                                                          std::chrono::milliseconds timeout) {
   auto lock = endpoint_->engine().lock();
+  endpoint_->entered(sig.sequence);
   return std::make_unique<detail::fabric::execution>(endpoint_, std::move(plan), input, output, sig, kernels,
                                                      timeout);
 }
@@ -164,6 +165,7 @@ MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::sh
   }
   return device_->made_outside([&]() -> std::unique_ptr<mimatrix::detail::operation> {
     auto lock = engine.lock();
+    endpoint_->entered(sig.sequence);
     return std::make_unique<detail::fabric::execution>(endpoint_, plan, input, output, sig, kernels, timeout, &caller,
                                                        device_.get());
   });
@@ -171,6 +173,7 @@ MIMATRIX_DECL std::unique_ptr<mimatrix::detail::operation> fabric::start(std::sh
 
 MIMATRIX_DECL void fabric::fail(const signature& sig, errc code, const std::string& why) {
   auto lock = endpoint_->engine().lock();
+  endpoint_->entered(sig.sequence);
   endpoint_->announce_failure(sig.sequence, code, why);
 }
 
