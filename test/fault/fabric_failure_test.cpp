@@ -99,6 +99,25 @@ MIMATRIX_SCENARIO(stalled_rank) {
   });
 }
 
+// As stalled_rank, with every rank's progress thread on: the away rank's thread answers
+// the liveness probe, so the probe alone cannot name it; its answer says how many calls it
+// entered. Found by a black-box test: the others blamed a rank that was in the call.
+MIMATRIX_SCENARIO(stalled_rank_with_a_progress_thread) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  comm.set_progress(progress_mode::thread);
+  collectives<fabric> coll(comm);
+  std::vector<int> data(1000, 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum).wait();  // call #0
+  if (comm.rank() == comm.size() - 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
+    return 0;
+  }
+  return expect_error(comm, [&] {
+    coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum).wait();
+  });
+}
+
 // Rank 0 (which serves the store) is stopped by SIGSTOP, the whole process, until a child
 // it forked continues it past its peers' deadline. A first call, and a pause for the peers
 // to finish it, keep the stop out of their start-up (under a sanitizer it once fell there,
@@ -537,6 +556,21 @@ TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_
   expect_disagreement_named("algorithms_disagree", [](const std::string& line, int) {
     return line.find("with another algorithm, topology or tag than this rank's") != std::string::npos;
   });
+}
+
+TEST(fabric_failure_close, a_rank_away_from_a_call_is_named_though_its_progress_thread_answers) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(3, provider, "stalled_rank_with_a_progress_thread", {}, std::chrono::seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = caught(r, rank);
+      ASSERT_FALSE(line.empty()) << test::all_output(r);
+      EXPECT_NE(line.find("rank(s) 2 at call #1 answered a liveness probe but had not entered call #1"),
+                std::string::npos)
+          << line;
+    }
+  }
 }
 
 TEST(fabric_failure_close, a_rank_that_closes_before_a_call_is_named_by_its_peers_at_once) {

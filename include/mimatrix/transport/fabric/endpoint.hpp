@@ -344,6 +344,9 @@ class endpoint {
   /// Pings every other rank and waits up to `grace` for the answers; returns the ranks
   /// that did not answer (exited, killed, or stuck outside mimatrix).
   std::vector<int> silent_peers(std::chrono::milliseconds grace);
+  /// Of the peers that answered the last probe, those that had not entered call
+  /// `sequence`, as "; rank(s) 2 answered ... (2 at call #4)"; "" if none or no probe.
+  std::string behind(std::uint64_t sequence) const;
 
   /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric
   /// shm (1.17) spins on a lock of the receiver's region, which a process stopped or
@@ -481,6 +484,7 @@ class endpoint {
   };
   std::vector<queued_control> backlog_;  // control messages the provider pushed back
   std::vector<std::uint64_t> pongs_;
+  std::vector<std::uint64_t> peer_calls_;  // by rank: the calls it had entered, as its last pong said
   std::vector<std::pair<int, bootstrap::detail::process_mark>> local_processes_;  // peers on this host
   std::uint64_t nonce_ = 0;
   progress_engine engine_{std::make_unique<port>([this] { (void)progress(); })};

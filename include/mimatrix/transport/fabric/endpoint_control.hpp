@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +113,17 @@ inline bool endpoint::retry_controls() {
   return posted;
 }
 
+inline std::string endpoint::behind(std::uint64_t sequence) const {
+  std::string who;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && nonce_ && pongs_[std::size_t(peer)] == nonce_ && peer_calls_[std::size_t(peer)] <= sequence)
+      who += (who.empty() ? "" : ", ") + std::to_string(peer) + " at call #" +
+             std::to_string(peer_calls_[std::size_t(peer)]);
+  return who.empty() ? who
+                     : "; rank(s) " + who + " answered a liveness probe but had not entered call #" +
+                           std::to_string(sequence) + " (a progress thread answers for a rank busy elsewhere)";
+}
+
 inline void endpoint::relay(const wire::control_message& m) {
   const auto until = clock::now() + control_patience;
   for (int peer = 0; peer < size_; ++peer)
@@ -125,7 +137,7 @@ inline void endpoint::on_control(const wire::control_message& m) {
       break;
     case wire::control_type::ping:
       if (m.source >= 0 && m.source < size_)
-        send_control(m.source, {wire::control_type::pong, errc::aborted, rank_, m.value, {}},
+        send_control(m.source, {wire::control_type::pong, errc::aborted, rank_, m.value, std::to_string(calls_)},
                      clock::now() + control_patience);
       break;
     case wire::control_type::shutdown:
@@ -140,8 +152,11 @@ inline void endpoint::on_control(const wire::control_message& m) {
         left_.emplace(m.value, fabric::failure{errc::aborted, m.text});
       break;
     case wire::control_type::pong:
-      if (m.source >= 0 && m.source < size_)
+      if (m.source >= 0 && m.source < size_) {
+        if (m.value >= pongs_[std::size_t(m.source)])  // the pong carries the calls the peer entered
+          peer_calls_[std::size_t(m.source)] = std::strtoull(m.text.c_str(), nullptr, 10);
         pongs_[std::size_t(m.source)] = std::max(pongs_[std::size_t(m.source)], m.value);
+      }
       break;
   }
 }

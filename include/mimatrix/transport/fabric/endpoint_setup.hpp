@@ -172,6 +172,7 @@ inline void endpoint::open() {
   carries_signature_ = info_->domain_attr->cq_data_size >= 8;
   inject_bytes_ = info_->tx_attr->inject_size;
   pongs_.assign(std::size_t(size_), 0);
+  peer_calls_.assign(std::size_t(size_), 0);
 }
 
 /// How many endpoints of group `name` this process opened before: the ranks of a group

@@ -185,8 +185,7 @@ class execution final : public step_executor, private call {
   static bool writes_peers_directly(const endpoint& ep, const schedule::schedule& plan, const device::port& port);
 
  private:
-  // Staging for recv_reduce: about fabric_options::staging_bytes, in at least 2 and at
-  // most max_staged slots.
+  // Staging for recv_reduce: about fabric_options::staging_bytes, in 2 to max_staged slots.
   static constexpr std::size_t max_staged = 64;
 
   // ---- the port ---------------------------------------------------------------------
@@ -251,6 +250,7 @@ class execution final : public step_executor, private call {
   }
   bool probes() const override { return true; }
   std::vector<int> silent_peers(std::chrono::milliseconds grace) override { return ep_->silent_peers(grace); }
+  std::string stall_detail() const override { return ep_->behind(sig().sequence); }
   std::string ended_peers() const override { return ep_->ended_peers(); }
   std::vector<std::string> running_peers(const std::vector<int>& p) const override {
     return ep_->local_peers(bootstrap::detail::process_mark::status::running, &p);
