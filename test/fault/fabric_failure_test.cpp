@@ -267,6 +267,30 @@ MIMATRIX_SCENARIO(tags_disagree) {
   return expect_error(comm, [&] { a.wait(); });
 }
 
+// Ranks 0 and 1 broadcast from root 0, rank 2 names root 1; over tcp rank 2's mismatch
+// closes its endpoint. Then every rank calls an allreduce: prints AGAIN <ms>: <error>, or
+// AGAIN_OK.
+MIMATRIX_SCENARIO(one_rank_names_another_root) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(20'000));
+  collectives<fabric> coll(comm);
+  const int r = comm.rank(), p = comm.size();
+  std::vector<float> a(4096, float(r));
+  try {
+    coll.broadcast(a.data(), a.data(), a.size(), dtype::float32, r == p - 1 ? 1 : 0).wait();
+  } catch (const error&) {
+  }
+  const auto t0 = clock_type::now();
+  try {
+    coll.barrier();
+    std::printf("AGAIN_OK\n");
+  } catch (const error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+    std::printf("AGAIN %lld: %s\n", static_cast<long long>(ms), e.what());
+  }
+  return 0;
+}
+
 // Every rank names itself the root: all send and none receives (issue 16 item 7).
 MIMATRIX_SCENARIO(broadcast_roots_disagree) {
   communicator<fabric> comm;
@@ -625,6 +649,21 @@ TEST(fabric_failure_broadcast, ranks_that_disagree_on_the_root_are_told_over_sha
     EXPECT_LT(caught_ms(line), timeout_ms) << line;
   }
   EXPECT_GE(told, 1) << test::all_output(r);
+}
+
+// Found by a black-box test: over tcp, the one rank of three that named another root
+// failed with mismatch and closed its endpoint, while the two that finished the broadcast
+// were never told: their next call waited for its deadline. The closing rank now tells them.
+TEST(fabric_failure_broadcast, ranks_that_finished_a_call_another_rank_failed_are_told_its_endpoint_closed) {
+  const auto r = test::run_ranks(3, "tcp;ofi_rxm", "one_rank_names_another_root", {}, std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string& out = r.output[std::size_t(rank)];
+    const auto at = out.find("AGAIN ");
+    ASSERT_NE(at, std::string::npos) << test::all_output(r);
+    EXPECT_LT(std::stoll(out.substr(at + 6)), 5000) << out;
+    EXPECT_NE(out.find("rank 2's fabric endpoint was closed", at), std::string::npos) << out;
+  }
 }
 
 // Regression: rank 1 took broadcast #0's leftover message as broadcast #32768's data, over

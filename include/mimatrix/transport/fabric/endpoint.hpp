@@ -238,6 +238,7 @@ class endpoint {
   /// left to the process's exit. Every call then fails at once with `code`, naming `why`.
   void disable(errc code, std::string why) {
     // Aborts and their relays still queued go out first: the others must hear of the failure.
+    tell_peers_disabled(why);
     const auto until = clock::now() + std::chrono::milliseconds(200);
     while (ep_ && !backlog_.empty() && clock::now() < until)
       if (!progress()) std::this_thread::yield();
@@ -312,18 +313,17 @@ class endpoint {
 
   /// The failure another rank (or this one) announced for call `sequence`, if any.
   const fabric::failure* failure(std::uint64_t sequence) const {
-    if (every_call_) return every_call_;    // disabled or aborted: every call, in flight or not
+    // The call's own failure first: a rank that closes its endpoint after it tells so too.
+    if (auto it = failures_.find(sequence); it != failures_.end()) return &it->second;
+    if (every_call_) return every_call_;  // disabled or aborted: every call, in flight or not
     if (left_ && sequence >= left_->first) return &left_->second;  // a peer closed before it
-    if (failures_.empty()) return nullptr;  // the common case, checked every round
-    auto it = failures_.find(sequence);
-    return it == failures_.end() ? nullptr : &it->second;
+    return nullptr;
   }
   bool any_failure() const { return !failures_.empty(); }
   /// The failure of the latest call that failed, here or on another rank; null if none.
   const fabric::failure* latest_failure() const { return failures_.empty() ? nullptr : &failures_.rbegin()->second; }
 
-  /// This rank runs (or refused) call `sequence`: a rank that closes tells its peers how
-  /// many calls it made, so that those in a later one fail at once, naming it.
+  /// This rank runs (or refused) call `sequence`; a rank that closes tells how many it ran.
   void entered(std::uint64_t sequence) { calls_ = std::max(calls_, sequence + 1); }
 
   /// The communicator was aborted, here or on another rank (abort_all); null if not.
@@ -344,8 +344,8 @@ class endpoint {
   /// Pings every other rank and waits up to `grace` for the answers; returns the ranks
   /// that did not answer (exited, killed, or stuck outside mimatrix).
   std::vector<int> silent_peers(std::chrono::milliseconds grace);
-  /// Of the peers that answered the last probe, those that had not entered call
-  /// `sequence`, as "; rank(s) 2 answered ... (2 at call #4)"; "" if none or no probe.
+  void tell_peers_disabled(const std::string& why);  // so that their later calls fail too
+  /// Peers that answered the last probe but had not entered call `sequence` ("" if none).
   std::string behind(std::uint64_t sequence) const;
 
   /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric
