@@ -543,6 +543,22 @@ TEST(fabric_start_up, a_setting_that_must_agree_and_does_not_is_named_by_every_r
   }
 }
 
+// Found by a black-box test: ranks started with different WORLD_SIZEs (2 and 3) each
+// waited the start-up deadline (60 s), then blamed a rank for not publishing. Now the size
+// is a setting that must agree, and every rank checks rank 0's entry first.
+TEST(fabric_start_up, ranks_started_with_different_world_sizes_say_so_at_once) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(2, provider, "settings_disagree", {{"MIMATRIX_TEST_DISAGREE", "WORLD_SIZE=3"}},
+                                   std::chrono::seconds(30));
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    EXPECT_NE(caught(r, 0).find("this rank has WORLD_SIZE=2 but rank 1 has 3"), std::string::npos)
+        << test::all_output(r);
+    EXPECT_NE(caught(r, 1).find("this rank has WORLD_SIZE=3 but rank 0 has 2"), std::string::npos)
+        << test::all_output(r);
+  }
+}
+
 /// Runs `scenario` on 2 ranks over every provider: every rank fails at once, and over
 /// shared memory both with mismatch and one naming the disagreement (`names(line, rank)`).
 /// Over shared memory both find it in the message that meets, which carries the

@@ -209,33 +209,42 @@ inline void endpoint::exchange_addresses() {
   std::vector<std::byte> mine(tagged.size() + name.size());
   std::memcpy(mine.data(), tagged.data(), tagged.size());
   std::memcpy(mine.data() + tagged.size(), name.data(), name.size());
-  const auto all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout);
+  std::vector<std::size_t> skips(static_cast<std::size_t>(size_));
+  const auto check = [&](int peer, const std::vector<std::byte>& bytes) {
+    const auto* text = reinterpret_cast<const char*>(bytes.data());
+    const auto* last = text + bytes.size();
+    const auto* end = std::find(text, last, '\n');
+    const std::string theirs(text, end);
+    if (theirs != provider_)
+      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
+                                      provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
+                                      "'; set MIMATRIX_PROVIDER alike on every rank");
+    const auto* mark_end = std::find(end + 1, last, '\n');
+    const auto* agreed_end = std::find(std::min(mark_end + 1, last), last, '\n');
+    if (agreed_end == last)
+      throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
+                                      std::to_string(peer) + " published a malformed address");
+    if (const auto mark = bootstrap::detail::process_mark::decode({end + 1, std::size_t(mark_end - end - 1)});
+        peer != rank_ && mark && self.can_check(*mark))
+      local_processes_.emplace_back(peer, *mark);
+    check_agreement(agreed, std::string(mark_end + 1, agreed_end), peer);
+    skips[std::size_t(peer)] = static_cast<std::size_t>(agreed_end - text) + 1;
+  };
+  std::vector<std::vector<std::byte>> all;
   // Every rank checks every address first: each sees the same disagreement, and none
   // leaves (rank 0 takes the tcp store with it) before the others have read theirs.
-  std::vector<std::size_t> skips(static_cast<std::size_t>(size_));
   try {
-    for (int peer = 0; peer < size_; ++peer) {
-      const auto& bytes = all[std::size_t(peer)];
-      const auto* text = reinterpret_cast<const char*>(bytes.data());
-      const auto* last = text + bytes.size();
-      const auto* end = std::find(text, last, '\n');
-      const std::string theirs(text, end);
-      if (theirs != provider_)
-        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: this rank uses provider '" +
-                                        provider_ + "' but rank " + std::to_string(peer) + " uses '" + theirs +
-                                        "'; set MIMATRIX_PROVIDER alike on every rank");
-      const auto* mark_end = std::find(end + 1, last, '\n');
-      const auto* agreed_end = std::find(std::min(mark_end + 1, last), last, '\n');
-      if (agreed_end == last)
-        throw error(errc::mismatch, "rank " + std::to_string(rank_) + ": transport::fabric: rank " +
-                                        std::to_string(peer) + " published a malformed address");
-      if (const auto mark = bootstrap::detail::process_mark::decode({end + 1, std::size_t(mark_end - end - 1)});
-          peer != rank_ && mark && self.can_check(*mark))
-        local_processes_.emplace_back(peer, *mark);
-      check_agreement(agreed, std::string(mark_end + 1, agreed_end), peer);
-      skips[std::size_t(peer)] = static_cast<std::size_t>(agreed_end - text) + 1;
+    // Rank 0's entry first, this rank's own published before: a rank started with a
+    // larger WORLD_SIZE than rank 0 would otherwise wait for ranks that never come.
+    if (rank_ != 0) {
+      store_->set(prefix_ + "addr/" + std::to_string(rank_), mine);
+      check(0, store_->get(prefix_ + "addr/0", settings_.startup_timeout));
     }
-  } catch (const error&) {
+    all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout);
+    local_processes_.clear();  // rank 0's, once more below
+    for (int peer = 0; peer < size_; ++peer) check(peer, all[std::size_t(peer)]);
+  } catch (const error& e) {
+    if (e.code() != errc::mismatch) throw;  // a rank that never came: no one to wait for
     try {
       bootstrap::barrier(*store_, prefix_ + "disagree", size_,
                          std::min(settings_.startup_timeout, std::chrono::milliseconds(5000)));
@@ -306,7 +315,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
 
 inline std::string endpoint::agreed_settings() const {
   const auto on = [&](int v) { return v == 1 || (v < 0 && provider_ == "shm") ? "on" : "off"; };
-  return std::string("MIMATRIX_MAILBOX=") + on(settings_.mailbox) + " MIMATRIX_BULK=" + on(settings_.bulk) +
+  return "WORLD_SIZE=" + std::to_string(size_) + " MIMATRIX_MAILBOX=" + on(settings_.mailbox) + " MIMATRIX_BULK=" + on(settings_.bulk) +
          " MIMATRIX_CHUNK_BYTES=" +
          std::to_string(settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_)) +
          " bulk_slots=" + std::to_string(settings_.bulk_slots) + " MIMATRIX_ALGO=" + algorithm_rules() +
