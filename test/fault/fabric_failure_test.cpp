@@ -88,6 +88,15 @@ int kill_last_rank_mid_call(int deadline_ms) {
 }
 
 MIMATRIX_SCENARIO(killed_rank) { return kill_last_rank_mid_call(timeout_ms); }
+
+// The last rank dies where the others split the group (the store still waits for its
+// entry); a deadline of a minute, as start-up has.
+MIMATRIX_SCENARIO(killed_rank_before_split) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(60'000));
+  if (comm.rank() == comm.size() - 1) ::kill(::getpid(), SIGKILL);
+  return expect_error(comm, [&] { (void)comm.split(0, comm.rank()); });
+}
 MIMATRIX_SCENARIO(killed_rank_long_deadline) { return kill_last_rank_mid_call(60'000); }
 
 MIMATRIX_SCENARIO(stalled_rank) {
@@ -395,6 +404,22 @@ TEST_P(fabric_failure, a_killed_rank_is_named_by_every_survivor_within_the_deadl
                 line.find("rank " + std::to_string(victim) + " ") != std::string::npos)
         << line;
     EXPECT_LE(caught_ms(line), timeout_ms + 1000) << line;
+  }
+}
+
+// Found by a black-box test: a rank killed while the group met (creating a communicator, a
+// split) left the others waiting out the start-up deadline, a minute, then saying only
+// that it did not publish. Each rank now publishes its process when it claims its rank;
+// the others, waiting for it on this host, see it ended.
+TEST(fabric_failure_start_up, a_rank_killed_while_the_group_splits_is_named_at_once) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    for (const std::string& line :
+         survivors_caught(test::run_ranks(3, provider, "killed_rank_before_split", {}, std::chrono::seconds(50)))) {
+      EXPECT_NE(line.find("CAUGHT peer lost"), std::string::npos) << line;
+      EXPECT_NE(line.find("rank 2 (pid "), std::string::npos) << line;
+      EXPECT_LT(caught_ms(line), 5000) << line;
+    }
   }
 }
 

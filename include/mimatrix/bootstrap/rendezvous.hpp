@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -159,12 +160,34 @@ inline void claim_rank(store& s, const std::string& prefix, int rank, std::chron
                                           "launcher's rank variable) of each");
 }
 
+/// `s.get(key, timeout)` in slices of a quarter second, calling `check()` (which may
+/// throw) after each slice that ends empty.
+template <class Check>
+std::vector<std::byte> get_unless_gone(store& s, const std::string& key, std::chrono::milliseconds timeout,
+                                       Check&& check) {
+  const auto deadline = deadline_after(timeout);  // saturated: never overflows
+  for (;;) {
+    const auto left = std::max(
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+        std::chrono::milliseconds(0));
+    try {
+      return s.get(key, std::min(left, std::chrono::milliseconds(250)));
+    } catch (const error& e) {
+      if (e.code() != errc::timeout || left <= std::chrono::milliseconds(250)) throw;
+    }
+    check();
+  }
+}
+
 /// Every rank's `mine`, in rank order: rank r publishes "<prefix>/<r>" and reads the
 /// others'. Use a fresh prefix for each exchange. Throws errc::timeout naming the ranks
-/// still missing when `timeout` (for the whole exchange) passes.
+/// still missing when `timeout` (for the whole exchange) passes. With `gone`, asked every
+/// quarter second of a wait for rank r: what it says ("(pid 42) exited") ends the
+/// exchange at once with errc::peer_lost, rather than at the deadline.
 inline std::vector<std::vector<std::byte>> all_gather(store& s, const std::string& prefix, int rank, int size,
                                                       const std::vector<std::byte>& mine,
-                                                      std::chrono::milliseconds timeout) {
+                                                      std::chrono::milliseconds timeout,
+                                                      const std::function<std::string(int)>& gone = {}) {
   if (size < 1 || rank < 0 || rank >= size)
     throw error(errc::invalid_argument, "all_gather '" + prefix + "': rank " + std::to_string(rank) +
                                             " is not in a group of " + std::to_string(size));
@@ -177,7 +200,14 @@ inline std::vector<std::vector<std::byte>> all_gather(store& s, const std::strin
     const auto left = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
                                std::chrono::milliseconds(0));
     try {
-      all[static_cast<std::size_t>(r)] = s.get(prefix + "/" + std::to_string(r), left);
+      const std::string key = prefix + "/" + std::to_string(r);
+      all[static_cast<std::size_t>(r)] = !gone ? s.get(key, left) : get_unless_gone(s, key, left, [&] {
+        const std::string why = gone(r);
+        if (!why.empty())
+          throw error(errc::peer_lost, describe({.rank = rank, .operation = "all_gather"},
+                                                "'" + prefix + "' at " + s.where() + ": rank " + std::to_string(r) +
+                                                    " " + why + " before it published"));
+      });
     } catch (const error& e) {
       if (e.code() == errc::transport) {
         // The store is gone: over tcp, rank 0 serves it and may have given up on the rank

@@ -231,6 +231,34 @@ TEST(all_gather, a_missing_rank_is_named) {
   }
 }
 
+// A rank known to have ended (`gone` says how) ends the exchange at once with peer_lost,
+// long before the deadline; one that has not is waited for as before.
+TEST(all_gather, a_rank_known_gone_ends_the_wait_at_once_naming_it) {
+  mimatrix::bootstrap::memory_store s;
+  s.set("job/0", bytes("x"));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    mimatrix::bootstrap::all_gather(s, "job", 1, 3, bytes("y"), 30s, [](int r) {
+      return r == 2 ? std::string("(pid 4242 on this host) exited") : std::string();
+    });
+    FAIL() << "rank 2 is gone";
+  } catch (const mimatrix::error& e) {
+    EXPECT_EQ(e.code(), errc::peer_lost);
+    EXPECT_NE(std::string(e.what()).find("rank 2 (pid 4242 on this host) exited before it published"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  s.set("late/0", bytes("x"));
+  std::thread late([&] {
+    std::this_thread::sleep_for(600ms);
+    s.set("late/2", bytes("z"));
+  });
+  const auto all = mimatrix::bootstrap::all_gather(s, "late", 1, 3, bytes("y"), 30s, [](int) { return std::string(); });
+  late.join();
+  EXPECT_EQ(all[2], bytes("z"));
+}
+
 TEST(all_gather, a_store_lost_while_waiting_names_the_rank_awaited) {
   // Rank 0 serves the store, waits for rank 1 in vain and exits: rank 2, waiting for rank 1
   // too, names rank 1 rather than only the lost connection.

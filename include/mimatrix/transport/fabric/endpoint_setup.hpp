@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <map>
@@ -184,6 +185,24 @@ inline int next_instance_of(const std::string& name) {
   return opened[name]++;
 }
 
+/// For bootstrap::all_gather's `gone`: whether rank r, which claimed its rank under
+/// `prefix` and published its process there (mark/<r>), has ended on this host. Found by a
+/// black-box test: a rank killed while the group met left the others waiting out the
+/// start-up deadline (60 s), then saying only that it did not publish.
+inline std::function<std::string(int)> ended_on_this_host(bootstrap::store& s, const std::string& prefix) {
+  return [&s, prefix](int r) -> std::string {
+    try {
+      const auto bytes = s.get(prefix + "mark/" + std::to_string(r), std::chrono::milliseconds(0));
+      const auto mark = bootstrap::detail::process_mark::decode(
+          {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
+      if (mark && bootstrap::detail::process_mark::self().can_check(*mark) && mark->ended())
+        return "(pid " + std::to_string(mark->pid) + " on this host) exited or was killed";
+    } catch (const error&) {  // not published yet, or the store is gone: the deadline decides
+    }
+    return {};
+  };
+}
+
 inline void endpoint::exchange_addresses() {
   if (settings_.group.empty() || settings_.group.find('\n') != std::string::npos)
     throw error(errc::invalid_argument, "rank " + std::to_string(rank_) +
@@ -191,6 +210,10 @@ inline void endpoint::exchange_addresses() {
   prefix_ = "mimatrix/fabric/" + settings_.group + "/" + std::to_string(next_instance_of(settings_.group)) + "/";
   // Before anything is published: a second process started with this RANK fails here.
   bootstrap::claim_rank(*store_, prefix_ + "claim", rank_, settings_.startup_timeout);
+  const std::string me = bootstrap::detail::process_mark::self().encode();
+  store_->set(prefix_ + "mark/" + std::to_string(rank_),
+              std::vector<std::byte>(reinterpret_cast<const std::byte*>(me.data()),
+                                     reinterpret_cast<const std::byte*>(me.data() + me.size())));
   std::vector<std::byte> name(256);
   std::size_t len = name.size();
   int ret = fi_getname(&ep_->fid, name.data(), &len);
@@ -240,7 +263,8 @@ inline void endpoint::exchange_addresses() {
       store_->set(prefix_ + "addr/" + std::to_string(rank_), mine);
       check(0, store_->get(prefix_ + "addr/0", settings_.startup_timeout));
     }
-    all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout);
+    all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout,
+                                ended_on_this_host(*store_, prefix_));
     local_processes_.clear();  // rank 0's, once more below
     for (int peer = 0; peer < size_; ++peer) check(peer, all[std::size_t(peer)]);
   } catch (const error& e) {
@@ -270,7 +294,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
                                          std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
                                                                 reinterpret_cast<const std::byte*>(mine.data()) +
                                                                     mine.size()),
-                                         settings_.startup_timeout);
+                                         settings_.startup_timeout, ended_on_this_host(*store_, prefix_));
   const bool by_host = color == std::numeric_limits<int>::min();  // fabric::same_host
   if (color < 0 && !by_host) return std::nullopt;
   const std::string own_host = local_mailboxes::detect_host_identity();
@@ -356,7 +380,8 @@ inline void endpoint::exchange_windows() {
   window_announcement mine = window_ ? window_->announcement() : window_announcement{};
   std::vector<std::byte> bytes(sizeof mine);
   std::memcpy(bytes.data(), &mine, sizeof mine);
-  const auto all = bootstrap::all_gather(*store_, prefix_ + "window", rank_, size_, bytes, settings_.startup_timeout);
+  const auto all = bootstrap::all_gather(*store_, prefix_ + "window", rank_, size_, bytes, settings_.startup_timeout,
+                                         ended_on_this_host(*store_, prefix_));
   peer_windows_.assign(std::size_t(size_), {});
   std::uint64_t smallest = window_ ? mine.half_bytes : 0;
   for (int peer = 0; peer < size_; ++peer) {
