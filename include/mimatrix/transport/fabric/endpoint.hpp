@@ -336,13 +336,13 @@ class endpoint {
   /// Records the failure of call `sequence` and tells every other rank.
   void announce_failure(std::uint64_t sequence, errc code, const std::string& message);
 
-  /// Tells one rank that call `sequence` failed; it passes the news on (relay).
+  /// Tells one rank that call `sequence`, which this rank took part in, failed; it passes the news on.
   void send_abort(int peer, std::uint64_t sequence, errc code, const std::string& message, clock::time_point until) {
+    entered(sequence);  // a later goodbye's `left` must not cover it
     send_control(peer, {wire::control_type::abort, code, rank_, sequence, message}, until);
   }
 
-  /// Pings every other rank and waits up to `grace` for the answers; returns the ranks
-  /// that did not answer (exited, killed, or stuck outside mimatrix).
+  /// Pings every rank, waits up to `grace`; returns those silent (exited, killed, stuck).
   std::vector<int> silent_peers(std::chrono::milliseconds grace);
   void tell_peers_disabled(const std::string& why);  // so that their later calls fail too
   /// Peers that answered the last probe but had not entered call `sequence` ("" if none).
