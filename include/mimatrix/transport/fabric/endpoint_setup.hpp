@@ -190,12 +190,12 @@ inline int next_instance_of(const std::string& name) {
 /// black-box test: a rank killed while the group met left the others waiting out the
 /// start-up deadline (60 s), then saying only that it did not publish.
 inline std::function<std::string(int)> ended_on_this_host(bootstrap::store& s, const std::string& prefix) {
-  return [&s, prefix](int r) -> std::string {
+  return [&s, prefix, self = bootstrap::detail::process_mark::self()](int r) -> std::string {
     try {
       const auto bytes = s.get(prefix + "mark/" + std::to_string(r), std::chrono::milliseconds(0));
       const auto mark = bootstrap::detail::process_mark::decode(
           {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
-      if (mark && bootstrap::detail::process_mark::self().can_check(*mark) && mark->ended())
+      if (mark && self.can_check(*mark) && mark->ended())
         return "(pid " + std::to_string(mark->pid) + " on this host) exited or was killed";
     } catch (const error&) {  // not published yet, or the store is gone: the deadline decides
     }
