@@ -16,7 +16,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using clock_type = std::chrono::steady_clock;
 constexpr std::uint64_t failed_call = 7;

@@ -28,7 +28,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::fabric;
 using sum_t = allreduce<fabric, topology::ring, reduce::sum<std::int64_t>>;

@@ -22,7 +22,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::fabric;
 constexpr int timeout_ms = 2000;

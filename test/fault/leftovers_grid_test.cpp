@@ -18,7 +18,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 MIMATRIX_SCENARIO(exact_among_stale_files) {
   communicator<transport::fabric> comm;

@@ -17,7 +17,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 /// Plants what a dead process with this rank's pid would have left, then starts.
 MIMATRIX_SCENARIO(starts_over_a_stale_region) {

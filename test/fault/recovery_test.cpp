@@ -24,7 +24,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::fabric;
 using clock_type = std::chrono::steady_clock;

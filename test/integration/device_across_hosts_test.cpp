@@ -30,7 +30,7 @@
 #include "support/device_array.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using test::device_array;

@@ -29,7 +29,14 @@ inline std::map<std::string, scenario>& scenarios() {
 
 /// Registers a scenario at static-initialization time.
 struct scenario_registration {
-  scenario_registration(const std::string& name, scenario body) { scenarios().emplace(name, std::move(body)); }
+  // One binary holds several files' scenarios (test/CMakeLists.txt): a name taken twice
+  // would run the other file's scenario.
+  scenario_registration(const std::string& name, scenario body) {
+    if (!scenarios().emplace(name, std::move(body)).second) {
+      std::fprintf(stderr, "scenario '%s' is registered twice in this binary\n", name.c_str());
+      std::abort();
+    }
+  }
 };
 #define MIMATRIX_SCENARIO(name) \
   static int scenario_##name(); \

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 MIMATRIX_SCENARIO(fails_loudly) {
   std::printf("to stdout from rank %s\n", std::getenv("RANK"));

@@ -15,7 +15,7 @@
 #include "support/progress_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::fabric;
 

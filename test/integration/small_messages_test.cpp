@@ -20,7 +20,7 @@
 #include "multi_process.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::fabric;
 

@@ -12,7 +12,7 @@
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 // Set before main so that the first read of MIMATRIX_DEBUG sees it: the decisions this
 // binary makes are printed, as a user would see them.

@@ -17,7 +17,7 @@
 #include "support/verify_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 using schedule::step_kind;

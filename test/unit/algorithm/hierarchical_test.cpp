@@ -16,7 +16,7 @@
 #include "support/verify_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 using ring_topo = topology::hierarchical<topology::ring, topology::ring>;

@@ -12,7 +12,7 @@
 #include "support/verify_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 

@@ -6,7 +6,7 @@
 #include <string>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using algorithm::selection;
 using schedule::collective;

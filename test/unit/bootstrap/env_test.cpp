@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using mimatrix::errc;
 using mimatrix::bootstrap::identity;

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using mimatrix::errc;

@@ -17,7 +17,7 @@
 
 #include <unistd.h>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using mimatrix::errc;

@@ -19,7 +19,7 @@
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using transport::inproc;

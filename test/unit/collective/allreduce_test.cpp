@@ -16,7 +16,7 @@
 #include "support/device_array.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::inproc;
 

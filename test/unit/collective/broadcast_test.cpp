@@ -6,7 +6,7 @@
 #include "support/collective_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 TEST(broadcast, tiny_chunks_pipeline_correctly) {
   for (int p : {2, 4, 7})

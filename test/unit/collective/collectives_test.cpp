@@ -20,7 +20,7 @@
 #include "support/small_values.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using transport::inproc;

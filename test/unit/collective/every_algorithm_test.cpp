@@ -17,7 +17,7 @@
 #include "support/collective_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 template <class Topology, class Algorithm, class MakeTopology>
 void check_every_collective(MakeTopology make, const Algorithm& algo) {

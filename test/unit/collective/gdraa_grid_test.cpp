@@ -13,7 +13,7 @@
 #include "support/collective_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::inproc;
 

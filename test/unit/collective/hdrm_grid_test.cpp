@@ -6,7 +6,7 @@
 #include "support/collective_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 // The numeric grid (world sizes × dtypes × counts × operations) for algorithm::hdrm,
 // every collective, in place and out of place, over the in-process transport.

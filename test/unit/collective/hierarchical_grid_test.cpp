@@ -11,7 +11,7 @@
 #include "support/collective_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using topo = topology::hierarchical<topology::ring, topology::ring>;
 using algo = algorithm::default_for<topo>;  // hierarchical<ring, ring>

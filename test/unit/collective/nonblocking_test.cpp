@@ -13,7 +13,7 @@
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::inproc;
 using sum_t = allreduce<inproc, topology::ring, reduce::sum<std::int64_t>>;

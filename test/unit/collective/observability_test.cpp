@@ -18,7 +18,7 @@
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::inproc;
 using sum_t = allreduce<inproc, topology::ring, reduce::sum<float>>;

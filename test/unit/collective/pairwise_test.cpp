@@ -25,7 +25,7 @@
 #include "support/covering.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 // ---- the factors -------------------------------------------------------------------------
 

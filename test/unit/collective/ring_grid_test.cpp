@@ -8,7 +8,7 @@
 #include "support/collective_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 class ring_grid : public ::testing::TestWithParam<test::grid_param> {};
 

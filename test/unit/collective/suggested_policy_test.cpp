@@ -19,7 +19,7 @@
 #include "mimatrix/topology/ring.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 /// Finishes at once; the test looks only at the schedule.
 struct finished : mimatrix::detail::operation {

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 TEST(digest, equal_sequences_give_equal_values_and_order_and_boundaries_count) {
   EXPECT_EQ(digest{}.mix(1).mix("ring").value(), digest{}.mix(1).mix("ring").value());

@@ -10,7 +10,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using mimatrix::bfloat16;
 using mimatrix::dtype;

@@ -7,7 +7,7 @@
 #include <string>
 #include <system_error>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using mimatrix::errc;
 

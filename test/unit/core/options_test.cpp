@@ -8,7 +8,7 @@
 #include <string>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 // Found by a black-box test: the README's `{.algorithm = "ring", .timeout = ...}` failed a
 // user's g++ build with -Wextra -Werror ("missing initializer for member stream"): g++

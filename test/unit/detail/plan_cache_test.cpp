@@ -11,7 +11,7 @@
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix::detail {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 plan_key key(std::size_t count, std::uint64_t owner = 1) {
   return {owner, schedule::collective::allreduce, count, 4, 0};

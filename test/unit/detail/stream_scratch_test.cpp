@@ -13,7 +13,7 @@
 #include "mimatrix/device/host_port.hpp"
 
 namespace mimatrix::detail {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 

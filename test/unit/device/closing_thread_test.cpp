@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using mimatrix::device::closing_thread;
 

@@ -19,7 +19,7 @@
 #include "mimatrix/reduce/host_kernels.hpp"
 
 namespace mimatrix::device {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 

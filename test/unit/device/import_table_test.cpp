@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace mimatrix::device {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 shared_memory block(std::uint64_t owner, std::uint64_t base, std::uint64_t bytes, unsigned char tag) {
   shared_memory b{{}, owner, base, bytes};

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace mimatrix::device {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 /// A runtime whose pairs in `cannot` have no peer path; it records what was enabled.
 struct scripted_runtime {

@@ -14,7 +14,7 @@
 #include "support/forwarding_port.hpp"
 
 namespace mimatrix::device {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 /// A host port that counts the host and device memory it hands out and takes back.
 class counting_port final : public test::forwarding_port {

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 

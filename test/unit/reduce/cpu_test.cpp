@@ -13,7 +13,7 @@
 
 #include "reference.hpp"
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace reduce = mimatrix::reduce;
 namespace cpu = mimatrix::reduce::cpu;

@@ -15,7 +15,7 @@
 #include "mimatrix/reduce/cpu.hpp"
 #include "reference.hpp"
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace reduce = mimatrix::reduce;
 namespace grid = mimatrix::reduce::grid;

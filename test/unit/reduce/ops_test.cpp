@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace reduce = mimatrix::reduce;
 using mimatrix::bfloat16;

@@ -9,7 +9,7 @@
 
 #include "mimatrix/schedule/verify.hpp"
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::schedule;
 using mimatrix::errc;

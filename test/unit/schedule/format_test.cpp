@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::schedule;
 
@@ -65,10 +65,6 @@ TEST(Format, DotEscapesQuotes) {
   EXPECT_NE(to_dot(g).find("rank 0 (say \\\"hi\\\")"), std::string::npos);
 }
 
-}  // namespace
-
-namespace {
-
 TEST(Format, OneSidedStepsAndTheFusedReduction) {
   const step write{
       .kind = step_kind::write, .peer = 2, .tag = 0, .src = {buffer::input, 0, 16}, .dst = {buffer::scratch, 16, 16}};
@@ -95,4 +91,4 @@ TEST(Format, DotDrawsFlagEdgesToTheWait) {
     EXPECT_NE(dot.find(want), std::string::npos) << want << "\n" << dot;
 }
 
-}  // namespace
+}  // namespace MIMATRIX_UNIT_ID

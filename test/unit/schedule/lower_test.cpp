@@ -13,7 +13,7 @@
 #include "mimatrix/transport/inproc.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 using schedule::step_kind;

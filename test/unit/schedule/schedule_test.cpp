@@ -14,7 +14,7 @@
 #include "mimatrix/topology/ring.hpp"
 #include "support/refusal.hpp"
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::schedule;
 using mimatrix::errc;

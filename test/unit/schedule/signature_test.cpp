@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 TEST(signature, prints_what_a_user_needs_to_find_the_call) {
   signature s{schedule::collective::allreduce, reduce::op_kind::max, dtype::bfloat16, 1000, 0, 7};

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::schedule;
 using group = std::vector<schedule>;
@@ -582,12 +582,8 @@ TEST(Verify, SixtyFourRanksWithHundredsOfElements) {
   std::printf("p=64 cases: %.3f s\n", s);
 }
 
-}  // namespace
-
 // ---------------------------------------------------------------------------------------
 // One-sided steps: write, notify, wait
-
-namespace {
 
 // Allgather by one-sided writes: copy input into block r, write it into block r of every
 // peer's output, wait for p-1 flags with tag 1.
@@ -619,8 +615,6 @@ group two_ranks(Rank0&& rank0, Rank1&& rank1, std::size_t scratch1 = 0) {
   g.push_back(std::move(b1).build());
   return g;
 }
-
-}  // namespace
 
 TEST(VerifyOneSided, WriteAllgatherPasses) {
   for (int p : {1, 2, 3, 7})
@@ -811,3 +805,5 @@ TEST(VerifyOneSided, RingAtSixtyFourStaysOnTheFastPath) {
   EXPECT_TRUE(passes(ring_allreduce(64, 3)));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
+
+}  // namespace MIMATRIX_UNIT_ID

@@ -11,7 +11,7 @@
 #include "mimatrix/algorithm/hdrm.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using topology::bigraph;
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using hier = topology::hierarchical<topology::ring, topology::ring>;
 static_assert(topology::layout<hier>);

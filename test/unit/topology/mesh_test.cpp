@@ -7,7 +7,7 @@
 #include "mimatrix/topology/layout.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 static_assert(topology::layout<topology::mesh>);
 

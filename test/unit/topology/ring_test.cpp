@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 TEST(topology_ring, rank_order_by_default) {
   const topology::ring ring;

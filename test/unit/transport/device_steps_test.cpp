@@ -32,7 +32,7 @@
 #include "support/small_values.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using test::device_array;

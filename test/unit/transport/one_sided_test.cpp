@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using schedule::buffer;

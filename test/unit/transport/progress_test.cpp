@@ -12,7 +12,7 @@
 #include "support/progress_checks.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using transport::inproc;

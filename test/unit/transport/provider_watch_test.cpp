@@ -22,7 +22,7 @@
 
 #include "support/marked_child.hpp"
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using mimatrix::bootstrap::detail::process_mark;
 using mimatrix::test::spawn_marked_child;

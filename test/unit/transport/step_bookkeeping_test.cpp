@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using transport::step_column;
 

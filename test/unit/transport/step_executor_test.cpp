@@ -17,7 +17,7 @@
 #include "mimatrix/reduce/ops.hpp"
 
 namespace mimatrix {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 using schedule::buffer;

@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace mimatrix::transport::detail::fabric {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 

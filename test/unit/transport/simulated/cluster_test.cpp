@@ -13,7 +13,7 @@
 
 #include "mimatrix/algorithm/hdrm.hpp"
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::transport::simulated;
 using mimatrix::topology::bigraph;

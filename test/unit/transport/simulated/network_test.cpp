@@ -20,7 +20,7 @@
 #include <vector>
 
 namespace mimatrix::transport::simulated {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 constexpr double tight = 1e-9;  // relative: the answers are exact up to rounding
 

@@ -26,7 +26,7 @@
 #include "support/refusal.hpp"
 
 namespace mimatrix::transport::simulated {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using schedule::collective;
 
