@@ -48,6 +48,18 @@ MIMATRIX_SCENARIO(exact_at_the_suggested_chunk) {
   return 0;
 }
 
+/// Start-up with a chunk whose bulk rings cannot fit in shared memory fails; prints the error.
+MIMATRIX_SCENARIO(start_up_with_a_chunk_too_large) {
+  try {
+    communicator<fabric> comm;
+    std::printf("rank %d started\n", comm.rank());
+    return 1;
+  } catch (const error& e) {
+    std::printf("CAUGHT %s\n", e.what());
+    return 0;
+  }
+}
+
 /// Thousands of 256-byte chunks a call (issue 16, item 2): over tcp;ofi_rxm the allgather
 /// phase's receives, ready at once, used to fill the provider's receive queue, so the
 /// recv_reduce receives of the phase before could never be posted.
@@ -145,6 +157,39 @@ TEST(chunking, a_malformed_chunk_variable_names_itself_and_the_rank) {
     }
   }
   ::unsetenv("MIMATRIX_CHUNK_BYTES");
+}
+
+// Found by a black-box test: a chunk too large for the bulk rings failed in
+// posix_fallocate, naming neither the chunk nor what to change.
+TEST(chunking, a_chunk_too_large_for_the_bulk_rings_is_named_with_what_to_change) {
+  const auto r = test::run_ranks(2, "shm", "start_up_with_a_chunk_too_large", {{"MIMATRIX_CHUNK_BYTES", "1099511627776"}},
+                                 std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  int named = 0;
+  for (const std::string& out : r.output)
+    named += out.find("chunks of MIMATRIX_CHUNK_BYTES=1099511627776") != std::string::npos &&
+             out.find("MIMATRIX_BULK=off") != std::string::npos;
+  EXPECT_GE(named, 1) << test::all_output(r);
+}
+
+// Found by a black-box test: MIMATRIX_DEVICE_IPC=x and MIMATRIX_DEVICE_HMEM=x were taken
+// as "on" and "auto"; a typo must not choose how device memory moves.
+TEST(chunking, a_malformed_device_setting_names_itself_and_the_rank) {
+  auto store = std::make_shared<bootstrap::memory_store>();
+  for (const char* name : {"MIMATRIX_DEVICE_IPC", "MIMATRIX_DEVICE_HMEM"}) {
+    SCOPED_TRACE(name);
+    ::setenv(name, "x", 1);
+    try {
+      fabric f(bootstrap::identity{}, store, {.provider = "shm"});
+      ADD_FAILURE() << "accepted " << name << "=x";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 0: " + std::string(name) + " must be"), std::string::npos) << what;
+      EXPECT_NE(what.find("got 'x'"), std::string::npos) << what;
+    }
+    ::unsetenv(name);
+  }
 }
 
 }  // namespace

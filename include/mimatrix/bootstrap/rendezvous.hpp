@@ -79,7 +79,7 @@ inline std::unique_ptr<store> job_tcp_store(std::string host, int port, bool ser
 /// Throws errc::invalid_argument saying what to set when there is more than one rank and
 /// nothing is set, or when a value is malformed.
 inline std::unique_ptr<store> open_store(const identity& self, std::chrono::milliseconds timeout,
-                                         const env_lookup& get) {
+                                         const env_lookup& get) try {
   const bool serve = self.rank == 0;
   if (const char* spec = get("MIMATRIX_STORE"); spec && *spec) {
     const std::string_view text(spec);
@@ -116,6 +116,9 @@ inline std::unique_ptr<store> open_store(const identity& self, std::chrono::mill
                   " launcher) has no rendezvous store: set MASTER_ADDR and MASTER_PORT (torchrun, mimatrix-run), "
                   "or MIMATRIX_STORE=file:/shared/dir (a directory every rank sees) or MIMATRIX_STORE=tcp://host:port "
                   "(rank 0's host)");
+} catch (const error& e) {  // a malformed setting: say which rank read it
+  if (e.code() != errc::invalid_argument || e.reason().starts_with("rank ")) throw;
+  throw error(errc::invalid_argument, "rank " + std::to_string(self.rank) + ": " + e.reason());
 }
 
 /// open_store() reading this process's environment.

@@ -21,11 +21,23 @@ inline log_level parse_log_level(std::string_view text) {
   return log_level::none;
 }
 
-/// Read once, on first use.
+/// What is wrong with MIMATRIX_DEBUG=`text`, or "" when it is a level, empty, NONE, OFF or 0.
+inline std::string debug_setting_complaint(std::string_view text) {
+  std::string v(text);
+  for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (parse_log_level(v) != log_level::none || v.empty() || v == "NONE" || v == "OFF" || v == "0") return "";
+  return "mimatrix: MIMATRIX_DEBUG='" + std::string(text) + "' is not WARN, INFO or TRACE (nor NONE): no log";
+}
+
+/// Read once, on first use. A value that is no level says so once on stderr, where the
+/// user looks for the log they asked for.
 inline log_level debug_level() {
   static const log_level level = [] {
     const char* v = std::getenv("MIMATRIX_DEBUG");
-    return v ? parse_log_level(v) : log_level::none;
+    if (!v) return log_level::none;
+    if (const std::string complaint = debug_setting_complaint(v); !complaint.empty())
+      std::fprintf(stderr, "%s\n", complaint.c_str());
+    return parse_log_level(v);
   }();
   return level;
 }

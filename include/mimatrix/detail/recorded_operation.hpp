@@ -2,7 +2,9 @@
 // a call hook (or MIMATRIX_TIMELINE), so calls without one pay nothing.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
@@ -44,11 +46,23 @@ class recorded_operation final : public operation {
       try {
         hook(record_);
       } catch (const std::exception& e) {  // a hook must not turn a finished call into a failed one
-        log(log_level::warn, std::string("a call hook threw: ") + e.what());
+        hook_threw(e.what());
       } catch (...) {
-        log(log_level::warn, "a call hook threw");
+        hook_threw("an exception not derived from std::exception");
       }
     }
+  }
+
+  /// The process's first throwing hook always reaches stderr (a hook's bug is the user's
+  /// to see); later ones are logged at MIMATRIX_DEBUG=WARN.
+  static void hook_threw(const std::string& what) {
+    static std::atomic<bool> told{false};
+    const std::string line = "a call hook threw: " + what;
+    if (!told.exchange(true) && !log_enabled(log_level::warn))
+      std::fprintf(stderr, "mimatrix: %s (the call's result stands; further ones with MIMATRIX_DEBUG=WARN)\n",
+                   line.c_str());
+    else
+      log(log_level::warn, line);
   }
 
   std::unique_ptr<operation> inner_;

@@ -175,6 +175,19 @@ TEST(open_store, malformed_settings_are_named) {
             std::string::npos);
 }
 
+// Found by a black-box test: the messages above named no rank, which a job of many
+// processes needs to find the one that was started wrong.
+TEST(open_store, a_malformed_setting_names_the_rank_that_read_it) {
+  for (const auto& env : std::vector<environment>{{{"MIMATRIX_STORE", "redis://x"}},
+                                                   {{"MIMATRIX_STORE", "tcp://host"}},
+                                                   {{"MIMATRIX_STORE", "file:"}},
+                                                   {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "x1"}}}) {
+    const std::string m = open_failure(rank_of(3, 4), env);
+    EXPECT_EQ(m.rfind("rank 3: ", 0), 0u) << m;
+    EXPECT_EQ(m.find("rank 3: rank 3"), std::string::npos) << m;
+  }
+}
+
 TEST(split_host_port, ipv4_names_and_bracketed_ipv6) {
   using mimatrix::bootstrap::detail::split_host_port;
   EXPECT_EQ(split_host_port("10.0.0.1:29500", "X"), std::make_pair(std::string("10.0.0.1"), 29500));

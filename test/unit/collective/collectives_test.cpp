@@ -275,5 +275,23 @@ TEST(collectives, the_barrier_returns_only_after_every_rank_entered) {
   });
 }
 
+// Found by a black-box test: a failed barrier's error named "allreduce #0 (count 1, uint8,
+// max)", a call the caller never made.
+TEST(collectives, a_failed_barrier_says_barrier) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    if (r == 1) return;  // never enters
+    try {
+      coll.barrier({.algorithm = {}, .timeout = 150ms, .stream = {}, .tag = 0});
+      ADD_FAILURE() << "a barrier one rank never entered returned";
+    } catch (const error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), errc::timeout) << what;
+      EXPECT_EQ(what.rfind("barrier (an allreduce of one byte): ", 0), 0u) << what;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace mimatrix

@@ -101,6 +101,27 @@ TEST(communicator, a_malformed_setting_in_the_environment_is_named_with_the_rank
   EXPECT_EQ(named.load(), 2);
 }
 
+// Found by a black-box test: a malformed MIMATRIX_ALGO failed at a first automatic call,
+// naming no rank. Now the communicator refuses it, as the other settings.
+TEST(communicator, a_malformed_algorithm_rule_is_named_with_the_rank_when_the_communicator_is_made) {
+  ::setenv("MIMATRIX_ALGO", "allreduce@:ring", 1);
+  std::atomic<int> named{0};
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    try {
+      communicator<inproc> comm(w, r);
+      ADD_FAILURE() << "rank " << r << " accepted MIMATRIX_ALGO=allreduce@:ring";
+    } catch (const error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), errc::invalid_argument) << what;
+      EXPECT_EQ(what.rfind("rank " + std::to_string(r) + ": ", 0), 0u) << what;
+      EXPECT_NE(what.find("MIMATRIX_ALGO"), std::string::npos) << what;
+      ++named;
+    }
+  });
+  ::unsetenv("MIMATRIX_ALGO");
+  EXPECT_EQ(named.load(), 2);
+}
+
 // A collectives object or a typed collective kept past its communicator refuses its calls
 // with an error naming the rank and the call; before, they read the freed communicator.
 TEST(communicator, a_collective_object_kept_past_its_communicator_refuses_its_calls) {

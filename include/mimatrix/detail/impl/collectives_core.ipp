@@ -84,10 +84,14 @@ MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* outpu
 
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
   std::uint8_t in = 0, out = 0;
-  impl_->engine(schedule::collective::allreduce, options)
-      .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(dtype::uint8, reduce::op_kind::max),
-             options.timeout, nullptr, options.tag)
-      .wait();
+  try {
+    impl_->engine(schedule::collective::allreduce, options)
+        .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(dtype::uint8, reduce::op_kind::max),
+               options.timeout, nullptr, options.tag)
+        .wait();
+  } catch (const error& e) {  // the caller called barrier(), not the allreduce it is made of
+    throw error(e.code(), "barrier (an allreduce of one byte): " + e.reason());
+  }
 }
 
 }  // namespace mimatrix::detail

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "mimatrix/algorithm/selection.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/log.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
@@ -25,6 +26,7 @@ struct communicator_state::calls {
 MIMATRIX_DECL communicator_state::communicator_state(int rank) : calls_(std::make_unique<calls>()) {
   try {
     options_ = options::from_environment();
+    (void)algorithm::selection::from_environment();  // a bad MIMATRIX_ALGO fails here, not at a first call
   } catch (const error& e) {
     throw error(e.code(), "rank " + std::to_string(rank) + ": " + e.reason());
   }

@@ -55,9 +55,16 @@ inline endpoint::endpoint(const bootstrap::identity& id, std::shared_ptr<bootstr
     chunk_bytes_ = settings_.chunk_bytes ? settings_.chunk_bytes : chunk_for_provider(provider_);
     if (settings_.mailbox == 1 || (settings_.mailbox < 0 && provider_ == "shm"))
       mailboxes_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_, settings_.startup_timeout);
-    if (settings_.bulk == 1 || (settings_.bulk < 0 && provider_ == "shm"))
-      bulk_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_ + "bulk/", settings_.startup_timeout,
-                                                local_mailboxes::geometry{chunk_bytes_, settings_.bulk_slots});
+    if (settings_.bulk == 1 || (settings_.bulk < 0 && provider_ == "shm")) {
+      try {
+        bulk_ = std::make_unique<local_mailboxes>(rank_, size_, *store_, prefix_ + "bulk/", settings_.startup_timeout,
+                                                  local_mailboxes::geometry{chunk_bytes_, settings_.bulk_slots});
+      } catch (const error& e) {  // most likely the chunk the user set: name it
+        throw error(e.code(), e.reason() + " (the bulk rings hold " + std::to_string(settings_.bulk_slots) +
+                                  " chunks of MIMATRIX_CHUNK_BYTES=" + std::to_string(chunk_bytes_) +
+                                  " for each peer on this host: set a smaller chunk, or MIMATRIX_BULK=off)");
+      }
+    }
     for (int k = 0; k < control_receives; ++k) post_control_receive(acquire(nullptr, 0));
     bootstrap::barrier(*store_, prefix_ + "ready", size_, settings_.startup_timeout);
   } catch (...) {

@@ -227,6 +227,14 @@ MIMATRIX_DECL fabric_options fabric::resolve(fabric_options o, const bootstrap::
     if (!stuck.empty() && stuck != "exit" && stuck != "wait") throw bad("MIMATRIX_STUCK_PROVIDER", "'exit' or 'wait'", stuck);
     o.exit_when_stuck = stuck != "wait";
   }
+  // Read where a call needs them (endpoint::device_ipc, device_hmem); checked here, where
+  // the rank is known, so that a typo fails at once rather than meaning "on".
+  const std::string ipc = env("MIMATRIX_DEVICE_IPC");
+  if (!ipc.empty() && ipc != "0" && ipc != "1" && ipc != "on" && ipc != "off")
+    throw bad("MIMATRIX_DEVICE_IPC", "'1' or '0' ('on' or 'off')", ipc);
+  const std::string hmem = env("MIMATRIX_DEVICE_HMEM");
+  if (!hmem.empty() && hmem != "auto" && hmem != "on" && hmem != "0" && hmem != "off")
+    throw bad("MIMATRIX_DEVICE_HMEM", "'auto', 'on' or '0' ('off')", hmem);
   if (!o.register_always) {
     const std::string reg = env("MIMATRIX_FABRIC_REGISTER");
     if (!reg.empty() && reg != "always" && reg != "auto") throw bad("MIMATRIX_FABRIC_REGISTER", "'always' or 'auto'", reg);
