@@ -81,45 +81,36 @@ TEST(communicator, the_longest_timeout_means_never_not_an_overflow) {
   });
 }
 
-// A malformed setting in the environment was refused without saying on which rank.
-TEST(communicator, a_malformed_setting_in_the_environment_is_named_with_the_rank) {
-  ::setenv("MIMATRIX_TIMEOUT_MS", "soon", 1);
+/// Sets `name`=`value`, makes a communicator on each of 2 ranks, and expects each to
+/// refuse it with invalid_argument, starting with its rank and naming the variable.
+void expect_refused_naming_the_rank(const char* name, const char* value) {
+  ::setenv(name, value, 1);
   std::atomic<int> named{0};
   transport::run_inproc(2, [&](int r, inproc::world& w) {
     try {
       communicator<inproc> comm(w, r);
-      ADD_FAILURE() << "rank " << r << " accepted MIMATRIX_TIMEOUT_MS=soon";
+      ADD_FAILURE() << "rank " << r << " accepted " << name << "=" << value;
     } catch (const error& e) {
       const std::string what = e.what();
       EXPECT_EQ(e.code(), errc::invalid_argument) << what;
       EXPECT_EQ(what.rfind("rank " + std::to_string(r) + ": ", 0), 0u) << what;
-      EXPECT_NE(what.find("MIMATRIX_TIMEOUT_MS"), std::string::npos) << what;
+      EXPECT_NE(what.find(name), std::string::npos) << what;
       ++named;
     }
   });
-  ::unsetenv("MIMATRIX_TIMEOUT_MS");
+  ::unsetenv(name);
   EXPECT_EQ(named.load(), 2);
+}
+
+// A malformed setting in the environment was refused without saying on which rank.
+TEST(communicator, a_malformed_setting_in_the_environment_is_named_with_the_rank) {
+  expect_refused_naming_the_rank("MIMATRIX_TIMEOUT_MS", "soon");
 }
 
 // Found by a black-box test: a malformed MIMATRIX_ALGO failed at a first automatic call,
 // naming no rank. Now the communicator refuses it, as the other settings.
 TEST(communicator, a_malformed_algorithm_rule_is_named_with_the_rank_when_the_communicator_is_made) {
-  ::setenv("MIMATRIX_ALGO", "allreduce@:ring", 1);
-  std::atomic<int> named{0};
-  transport::run_inproc(2, [&](int r, inproc::world& w) {
-    try {
-      communicator<inproc> comm(w, r);
-      ADD_FAILURE() << "rank " << r << " accepted MIMATRIX_ALGO=allreduce@:ring";
-    } catch (const error& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(e.code(), errc::invalid_argument) << what;
-      EXPECT_EQ(what.rfind("rank " + std::to_string(r) + ": ", 0), 0u) << what;
-      EXPECT_NE(what.find("MIMATRIX_ALGO"), std::string::npos) << what;
-      ++named;
-    }
-  });
-  ::unsetenv("MIMATRIX_ALGO");
-  EXPECT_EQ(named.load(), 2);
+  expect_refused_naming_the_rank("MIMATRIX_ALGO", "allreduce@:ring");
 }
 
 // A collectives object or a typed collective kept past its communicator refuses its calls
