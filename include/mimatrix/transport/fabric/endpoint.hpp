@@ -114,8 +114,8 @@ class endpoint {
   /// 0 stages through host memory). Agreed at start-up: both ends must move alike.
   static bool device_ipc() {
     static const bool on = [] {
-      const std::string_view v = std::getenv("MIMATRIX_DEVICE_IPC") ? std::getenv("MIMATRIX_DEVICE_IPC") : "";
-      return v != "0" && v != "off";
+      const char* v = std::getenv("MIMATRIX_DEVICE_IPC");
+      return !v || (std::string_view(v) != "0" && std::string_view(v) != "off");
     }();
     return on;
   }
