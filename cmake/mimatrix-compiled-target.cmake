@@ -2,8 +2,7 @@
 # library of mimatrix's separately compiled part (impl/src.hpp), built only when something
 # links it, from mimatrix_compiled.cpp and, with fabric, mimatrix_compiled_fabric.cpp in
 # <source dir>. Two units, so that a program that never uses fabric pulls no fabric object
-# from the archive and does not load libfabric (Debian's starts a provider library that
-# sleeps about 0.1 s in every process). Used by this build (cmake/compiled.cmake) and,
+# from the archive (libfabric itself is loaded only by a first endpoint). Used by this build (cmake/compiled.cmake) and,
 # installed, by the package config, which makes mimatrix::compiled in the consumer's
 # project: compiled there with the consumer's compiler and flags, so that its code and
 # theirs always agree (sanitizers, _GLIBCXX_ASSERTIONS, -march), and the installed package

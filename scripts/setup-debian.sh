@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing mimatrix needs on Debian 12 (bookworm), with apt-get.
 # Idempotent: installs only missing packages, and runs apt-get update only then.
-# Works as root, or through sudo otherwise. Extra packages may be given as arguments.
+# Works as root, or through sudo otherwise. Extra packages may be given as arguments
+# (scripts/test.sh --all adds chromium, for the long tier's test of the status page).
 set -euo pipefail
 
 packages=(
@@ -19,7 +20,6 @@ packages=(
   libboost1.81-dev  # the job server: Boost.Asio, and Boost.Beast for its monitoring
   libssl-dev        # the job server's HMAC authentication (OpenSSL)
   prometheus        # the job server's monitoring test scrapes /metrics with a real one
-  chromium          # ...and renders its status page headless
   zlib1g-dev        # the ResNet example reads gzip-compressed IDX files
   dataset-fashion-mnist  # ...its data set, in /usr/share/datasets/fashion-mnist
   libdnnl-dev       # oneDNN 2.6: the ResNet example's CPU layers (examples/02_resnet/nn)

@@ -98,7 +98,11 @@ clang_quick_targets=(mimatrix_all_headers_check mimatrix_all_headers_check_separ
   transport_progress_test integration_collectives_test)
 
 begin "setup: scripts/setup-debian.sh"
-scripts/setup-debian.sh clang-16
+# Chromium (400 MB with what it pulls in) only renders the job server's status page in a
+# long-tier test.
+extra_packages=(clang-16)
+[[ $long == ON ]] && extra_packages+=(chromium)
+scripts/setup-debian.sh "${extra_packages[@]}"
 
 for preset in "${presets[@]}"; do
   begin "$preset: configure"

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace job = mimatrix::job;
 using namespace std::chrono_literals;

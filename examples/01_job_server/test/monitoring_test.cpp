@@ -37,7 +37,7 @@
 #include "worker.hpp"
 
 namespace mimatrix::job {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 namespace asio = boost::asio;

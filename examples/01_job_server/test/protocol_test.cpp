@@ -15,7 +15,7 @@
 #include "server.hpp"
 
 namespace mimatrix::job {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 std::vector<message> samples() {
   assignment a{7, 1, 3, {"a", "a", "b"}, 100, 200, 85, 42, {0, 0, 1}};

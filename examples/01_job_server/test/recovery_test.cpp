@@ -16,7 +16,7 @@
 #include <vector>
 
 namespace mimatrix::job {
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace std::chrono_literals;
 namespace asio = boost::asio;

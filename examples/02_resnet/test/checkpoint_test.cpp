@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::resnet;
 using train::checkpoint;

@@ -23,7 +23,7 @@
 #include <vector>
 
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace mx = mimatrix;
 namespace rn = mimatrix::resnet;
@@ -203,7 +203,7 @@ TEST(state, a_new_group_takes_the_most_advanced_ranks_state) {
 
 }  // namespace
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 TEST(state, running_statistics_are_averaged_over_the_ranks) {
   mx::transport::run_inproc(2, [](int rank, inproc::world& world) {
@@ -226,7 +226,7 @@ TEST(state, running_statistics_are_averaged_over_the_ranks) {
 
 }  // namespace
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 // The network outlives a group (the job server's next generation may be one rank): its
 // batch norms must not call a reducer over the group's gone collectives.

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace rn = mimatrix::resnet;
 using rn::nn_cuda::detail::sgd_chunk_elements;

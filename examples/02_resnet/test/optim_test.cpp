@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 using namespace mimatrix::resnet;
 using optim::sgd;

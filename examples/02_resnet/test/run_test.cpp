@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace MIMATRIX_UNIT_ID {
 
 namespace mx = mimatrix;
 namespace rt = mimatrix::resnet::train;

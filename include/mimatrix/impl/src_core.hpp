@@ -1,6 +1,6 @@
 // The separately compiled part of mimatrix without transport::fabric (impl/src.hpp has
 // the list). Its own unit in mimatrix::compiled, so that a program that never uses fabric
-// links no fabric code, and does not load libfabric (whose providers take a while to start).
+// links no fabric code.
 #pragma once
 
 #include "mimatrix/core/config.hpp"

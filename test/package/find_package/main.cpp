@@ -6,7 +6,9 @@
 // CONSUMER_PROGRAM (CMakeLists.txt) makes less of it where a test is about what is found
 // and linked, not about the collectives (find_package already builds and runs them):
 // 1 the umbrella header and the reduction; 2 the reduction alone, and, linking
-// mimatrix::fabric, a fabric header and a call into libfabric.
+// mimatrix::fabric, a fabric header and a call into libfabric (which the program links
+// itself, through the package's libfabric::libfabric: mimatrix loads it only for its own
+// endpoints).
 #if CONSUMER_PROGRAM < 2
 #include <mimatrix/mimatrix.hpp>
 #else
@@ -81,12 +83,12 @@ int check_allreduce() {
 
 #if defined(CONSUMER_LINKS_FABRIC)
 int check_fabric() {
-  const unsigned version = fi_version();  // libfabric's, through mimatrix::fabric's link
+  const unsigned version = fi_version();  // libfabric's, through libfabric::libfabric
   if (FI_MAJOR(version) < 1) {
     std::fprintf(stderr, "libfabric reports version %u.%u\n", FI_MAJOR(version), FI_MINOR(version));
     return 1;
   }
-  std::printf("libfabric %u.%u linked through mimatrix::fabric: ok\n", FI_MAJOR(version), FI_MINOR(version));
+  std::printf("libfabric %u.%u linked through libfabric::libfabric: ok\n", FI_MAJOR(version), FI_MINOR(version));
   return 0;
 }
 #endif

@@ -32,6 +32,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/library.hpp"
 #include "mimatrix/transport/fabric/shm_leftovers.hpp"
 #include "mimatrix/transport/fabric/window.hpp"
 #include "mimatrix/transport/fabric/wire.hpp"
@@ -74,16 +75,17 @@ inline endpoint::endpoint(const bootstrap::identity& id, std::shared_ptr<bootstr
 }
 
 inline std::string endpoint::available_providers() {
-  fi_info* hints = fi_allocinfo();
+  const library& lib = libfabric();
+  fi_info* hints = lib.allocinfo();
   hints->caps = FI_TAGGED;
   hints->ep_attr->type = FI_EP_RDM;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   fi_info* list = nullptr;
   std::set<std::string> names;
-  if (fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list) == 0)
+  if (lib.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &list) == 0)
     for (fi_info* i = list; i; i = i->next) names.insert(i->fabric_attr->prov_name);
-  fi_freeinfo(list);
-  fi_freeinfo(hints);
+  lib.freeinfo(list);
+  lib.freeinfo(hints);
   std::string s;
   for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
   return s.empty() ? "none" : s;
@@ -97,7 +99,8 @@ inline void endpoint::ask_for_device_memory(fi_info* hints) {
   const std::string chosen = info_->fabric_attr->prov_name;
   const std::string_view want = device_hmem();
   if (want == "0" || want == "off" || (want != "on" && chosen == "shm")) return;
-  fi_info* with = fi_dupinfo(hints);
+  const library& lib = libfabric(rank_);
+  fi_info* with = lib.dupinfo(hints);
   if (!with) return;
   with->caps = info_->caps & (FI_TAGGED | FI_RMA | FI_WRITE | FI_REMOTE_WRITE);
   with->caps |= FI_HMEM;
@@ -105,16 +108,17 @@ inline void endpoint::ask_for_device_memory(fi_info* hints) {
   free(with->fabric_attr->prov_name);
   with->fabric_attr->prov_name = strdup(chosen.c_str());
   fi_info* found = nullptr;
-  if (fi_getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, with, &found) == 0 && found) {
-    fi_freeinfo(info_);
+  if (lib.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, with, &found) == 0 && found) {
+    lib.freeinfo(info_);
     info_ = found;
     hmem_ = true;
   }
-  fi_freeinfo(with);
+  lib.freeinfo(with);
 }
 
 inline void endpoint::open() {
-  fi_info* hints = fi_allocinfo();
+  const library& lib = libfabric(rank_);  // loaded here, by the process's first endpoint
+  fi_info* hints = lib.allocinfo();
   if (!hints) throw error(errc::transport, "transport::fabric: fi_allocinfo failed");
   hints->caps = FI_TAGGED | (settings_.window_bytes ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -124,15 +128,15 @@ inline void endpoint::open() {
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
   if (!settings_.provider.empty()) hints->fabric_attr->prov_name = strdup(settings_.provider.c_str());
-  int ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+  int ret = lib.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
   if ((ret != 0 || !info_) && settings_.window_bytes) {
     // A provider without RMA writes still runs everything as messages.
     hints->caps = FI_TAGGED;
     settings_.window_bytes = 0;
-    ret = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
+    ret = lib.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info_);
   }
   if (ret == 0 && info_) ask_for_device_memory(hints);
-  fi_freeinfo(hints);
+  lib.freeinfo(hints);
   if (ret != 0 || !info_) {
     const char* filter = std::getenv("FI_PROVIDER");
     throw error(errc::transport,
@@ -144,7 +148,7 @@ inline void endpoint::open() {
   }
   provider_ = info_->fabric_attr->prov_name;
   const error_context where{rank_};
-  check_fabric_call(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric", provider_, where);
+  check_fabric_call(lib.fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric", provider_, where);
   check_fabric_call(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain", provider_, where);
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_TAGGED;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "mimatrix/transport/fabric/endpoint.hpp"
+#include "mimatrix/transport/fabric/library.hpp"
 
 namespace mimatrix::transport::detail::fabric {
 
@@ -82,7 +83,7 @@ inline void endpoint::close() noexcept {
   if (cq_) fi_close(&cq_->fid);
   if (domain_) fi_close(&domain_->fid);
   if (fabric_) fi_close(&fabric_->fid);
-  if (info_) fi_freeinfo(info_);
+  if (info_) libfabric().freeinfo(info_);  // info_ exists: libfabric is loaded
   ep_ = nullptr;
   av_ = nullptr;
   cq_ = nullptr;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/fabric/library.hpp"
 
 namespace mimatrix::transport::detail::fabric {
 
@@ -32,7 +33,7 @@ inline bool is_peer_loss(int fi_errno) {
 inline std::string explain_fabric_call(std::string_view call, long ret, std::string_view provider) {
   std::string s(call);
   s += " failed: ";
-  s += fi_strerror(static_cast<int>(ret < 0 ? -ret : ret));
+  s += libfabric().strerror(static_cast<int>(ret < 0 ? -ret : ret));  // after a libfabric call: loaded
   s += " (" + std::to_string(ret) + ")";
   if (!provider.empty()) {
     s += ", provider ";
@@ -50,7 +51,7 @@ inline void check_fabric_call(long ret, std::string_view call, std::string_view 
 
 /// The text of a completion error: libfabric's name for it and the provider's detail.
 inline std::string explain_completion(fid_cq* cq, const fi_cq_err_entry& e, std::string_view provider) {
-  std::string s = fi_strerror(e.err);
+  std::string s = libfabric().strerror(e.err);
   char detail[256] = {};
   if (const char* p = fi_cq_strerror(cq, e.prov_errno, e.err_data, detail, sizeof detail); p && *p) {
     s += " (";
