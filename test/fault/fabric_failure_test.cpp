@@ -227,6 +227,23 @@ MIMATRIX_SCENARIO(algorithms_disagree) {
   });
 }
 
+// Ranks that run different collectives as one call: rank 0 a broadcast from rank 1, rank 1
+// an allreduce of the same count. No message of one meets a receive of the other, and both
+// waited out the deadline (found by a black-box test); now the call that waits asks its
+// peer which call it runs, and both fail with `mismatch` naming the two.
+MIMATRIX_SCENARIO(collectives_disagree) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(20'000));
+  collectives<fabric> coll(comm);
+  std::vector<int> data(1000, 1);
+  return expect_error(comm, [&] {
+    if (comm.rank() == 0)
+      coll.broadcast(data.data(), data.data(), data.size(), dtype::int32, 1).wait();
+    else
+      coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum).wait();
+  });
+}
+
 // Rank 0's communicator ends before a call its peers start (an exception unwound it): the
 // peers, with a deadline of 20 s, must fail at once naming rank 0, and rank 0's destructor
 // must not wait for their deadline. Found by a black-box test: rank 0 sat in its destructor
@@ -621,6 +638,22 @@ TEST(fabric_failure_algorithms, ranks_running_different_algorithms_fail_at_once_
   expect_disagreement_named("algorithms_disagree", [](const std::string& line, int) {
     return line.find("with another algorithm, topology or tag than this rank's") != std::string::npos;
   });
+}
+
+TEST(fabric_failure_collectives, ranks_running_different_collectives_as_one_call_fail_with_mismatch_at_once) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(2, provider, "collectives_disagree", {}, std::chrono::seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string line = caught(r, rank);
+      ASSERT_FALSE(line.empty()) << test::all_output(r);
+      EXPECT_NE(line.find("CAUGHT ranks disagree on the collective"), std::string::npos) << line;
+      EXPECT_NE(line.find("allreduce #0"), std::string::npos) << line;
+      EXPECT_NE(line.find("broadcast #0"), std::string::npos) << line;
+      EXPECT_LT(caught_ms(line), 5000) << line;  // the deadline is 20 s
+    }
+  }
 }
 
 TEST(fabric_failure_close, a_rank_away_from_a_call_is_named_though_its_progress_thread_answers) {

@@ -33,6 +33,7 @@
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/schedule/policy.hpp"
 #include "mimatrix/transport/fabric/call.hpp"
+#include "mimatrix/transport/fabric/call_records.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/progress_port.hpp"
@@ -325,6 +326,11 @@ class endpoint {
 
   /// This rank runs (or refused) call `sequence`; a rank that closes tells how many it ran.
   void entered(std::uint64_t sequence) { calls_ = std::max(calls_, sequence + 1); }
+  /// This rank runs `call` as its sequence: a peer that asks about it is answered from it.
+  void runs(const call_record& call) { records_.add(call); }
+  /// Asks `peer` which call it runs as `call`'s sequence; if another, it fails the call on
+  /// every rank with `mismatch` (a call waiting on that peer: endpoint_control.hpp).
+  void ask_which_call(int peer, const call_record& call);
 
   /// The communicator was aborted, here or on another rank (abort_all); null if not.
   const fabric::failure* aborted() const { return aborted_ ? &*aborted_ : nullptr; }
@@ -351,21 +357,10 @@ class endpoint {
   /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric
   /// shm (1.17) spins on a lock of the receiver's region, which a process stopped or
   /// killed inside the provider keeps, so nothing is sent to such a peer.
-  bool unreachable(int peer) const {
-    for (const auto& [rank, mark] : local_processes_)
-      if (rank == peer) return mark.state() != process_status::running;
-    return false;
-  }
-
+  bool unreachable(int peer) const;
   /// The peers on this host (of `among`, if given) whose processes are in `state`, each as
   /// "rank 2 (pid 4242)": read from /proc, no answer from them needed.
-  std::vector<std::string> local_peers(process_status state, const std::vector<int>* among = nullptr) const {
-    std::vector<std::string> found;
-    for (const auto& [peer, mark] : local_processes_)
-      if ((!among || std::find(among->begin(), among->end(), peer) != among->end()) && mark.state() == state)
-        found.push_back("rank " + std::to_string(peer) + " (pid " + std::to_string(mark.pid) + ")");
-    return found;
-  }
+  std::vector<std::string> local_peers(process_status state, const std::vector<int>* among = nullptr) const;
   std::string ended_peers() const { return joined(local_peers(process_status::ended)); }
 
  private:
@@ -417,6 +412,7 @@ class endpoint {
   /// an oversized message), and every rank must still hear of it.
   void relay(const wire::control_message& m);
   void on_control(const wire::control_message& m);
+  void on_which_call(const wire::control_message& m);
 
   // ---- dispatch (endpoint_dispatch.hpp) ------------------------------------------
 
@@ -471,6 +467,7 @@ class endpoint {
   std::vector<std::unique_ptr<workspace>> workspaces_, retired_;
   std::vector<std::unique_ptr<step_bookkeeping>> books_;
   std::map<std::uint64_t, fabric::failure> failures_;
+  call_records records_;  // this rank's latest calls, for peers that ask (runs())
   std::optional<fabric::failure> aborted_;   // abort_all(), here or on another rank
   const fabric::failure* every_call_ = nullptr;  // disabled_ or aborted_, once either is
   std::uint64_t calls_ = 0;  // calls this rank ran (entered())

@@ -161,6 +161,9 @@ inline void endpoint::on_control(const wire::control_message& m) {
       if (m.source >= 0 && m.source < size_ && (!left_ || m.value < left_->first))
         left_.emplace(m.value, fabric::failure{errc::aborted, m.text});
       break;
+    case wire::control_type::which_call:
+      on_which_call(m);
+      break;
     case wire::control_type::pong:
       if (m.source >= 0 && m.source < size_) {
         if (m.value >= pongs_[std::size_t(m.source)])  // the pong carries the calls the peer entered
@@ -169,6 +172,48 @@ inline void endpoint::on_control(const wire::control_message& m) {
       }
       break;
   }
+}
+
+inline bool endpoint::unreachable(int peer) const {
+  for (const auto& [rank, mark] : local_processes_)
+    if (rank == peer) return mark.state() != process_status::running;
+  return false;
+}
+
+inline std::vector<std::string> endpoint::local_peers(process_status state, const std::vector<int>* among) const {
+  std::vector<std::string> found;
+  for (const auto& [peer, mark] : local_processes_)
+    if ((!among || std::find(among->begin(), among->end(), peer) != among->end()) && mark.state() == state)
+      found.push_back("rank " + std::to_string(peer) + " (pid " + std::to_string(mark.pid) + ")");
+  return found;
+}
+
+inline void endpoint::ask_which_call(int peer, const call_record& call) {
+  if (peer < 0 || peer >= size_ || peer == rank_) return;
+  send_control(peer, {wire::control_type::which_call, errc::mismatch, rank_, call.sig.sequence, std::to_string(call.packed)},
+               clock::now() + control_patience);
+}
+
+// A peer's stalled call asks which call this rank runs as its sequence. Ranks that run
+// different collectives (or shapes) as one call may never meet a message of the other's:
+// each waits for a receive the other never posts, and both would only time out (found by
+// a black-box test: a broadcast beside an allreduce of one count). A rank that ran another
+// one fails the call on every rank with `mismatch`, naming both; one that has not reached
+// it yet says nothing, and asks in turn when it stalls there.
+inline void endpoint::on_which_call(const wire::control_message& m) {
+  const call_record* mine = records_.find(m.value);
+  if (!mine || m.source < 0 || m.source >= size_ || failures_.count(m.value)) return;
+  const std::uint64_t theirs = std::strtoull(m.text.c_str(), nullptr, 10);
+  if (theirs == mine->packed) return;
+  const std::string why = "rank " + std::to_string(rank_) + ": " +
+                          wire::disagreement(m.source, theirs, mine->packed, mine->sig, mine->algorithm,
+                                             mine->agreement) +
+                          " (found when rank " + std::to_string(m.source) + "'s call waited: no message of "
+                          "one call met the other's)";
+  failures_.emplace(m.value, fabric::failure{errc::mismatch, why});
+  const auto until = clock::now() + control_patience;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_) send_abort(peer, m.value, errc::mismatch, why, until);
 }
 
 inline void endpoint::on_stuck(const char* call, int peer, std::chrono::milliseconds inside) const noexcept {

@@ -74,6 +74,7 @@ class execution final : public step_executor, private call {
       }
     } unmade{*this, resources};
     mem_ = {input, output, nullptr};
+    ep_->runs({sig, packed_, this->plan().algorithm, this->plan().agreement});
     ep_->allow(timeout);
     share_fate(ep_->fate());
     shared_ = caller && shares_device_memory(*caller->device);
@@ -246,6 +247,10 @@ class execution final : public step_executor, private call {
     if (!finished() && rounds >= stalled_rounds && (rounds & 63) == 0) {
       unblock_rings();
       find_misrouted();
+      if (const auto now = clock::now(); now >= next_question_ && !finished()) {  // which call does it run?
+        ep_->ask_which_call(stuck_context().peer, {sig(), packed_, plan().algorithm, plan().agreement});
+        next_question_ = now + question_interval;
+      }
     }
   }
   bool probes() const override { return true; }
@@ -425,15 +430,7 @@ class execution final : public step_executor, private call {
 
   /// Providers that need registered memory get each buffer whole, once: the chunks then
   /// find it in the cache instead of registering pages one chunk at a time.
-  void register_whole_buffers() {
-    registration_cache& mr = ep_->registrations();
-    if (hmem_) return;  // register_device_buffers(), which may fail the call
-    if (!mr.required()) return;
-    mr.descriptor(mem_.input, plan().desc.input_bytes());
-    mr.descriptor(mem_.output, plan().desc.output_bytes());
-    mr.descriptor(mem_.scratch, plan().scratch_bytes);
-    mr.descriptor(staging_, slot_bytes_ * free_slots_.size());
-  }
+  void register_whole_buffers();
 
   /// Returns the call's memory to the endpoint; the call touches none of it afterwards.
   void give_back_memory() {
@@ -487,6 +484,8 @@ class execution final : public step_executor, private call {
   /// Rounds without progress (about 20 ms in wait()) after which a call sets aside what
   /// its rings hold (unblock_rings).
   static constexpr int stalled_rounds = 20000;
+  clock::time_point next_question_{};  // when a stalled call next asks its peers which call they run
+  static constexpr std::chrono::milliseconds question_interval{500};
 };
 
 }  // namespace mimatrix::transport::detail::fabric

@@ -184,7 +184,9 @@ inline bool earlier(std::uint32_t a, std::uint32_t b) {
 
 /// abort: one call failed; shutdown: the communicator was aborted (every call fails);
 /// left: the sender closed its endpoint after `value` calls (it joins none from #value on).
-enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3, shutdown = 4, left = 5 };
+/// which_call: a stalled call's question, which call the peer runs as its sequence (value;
+/// text: the asker's packed signature, in decimal).
+enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3, shutdown = 4, left = 5, which_call = 6 };
 
 /// A control message: a fixed header and, for abort, the failure's text.
 struct control_message {
