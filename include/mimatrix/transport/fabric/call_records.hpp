@@ -2,9 +2,11 @@
 // peer whose stalled call asks which call it runs as that sequence (endpoint_control.hpp).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
+#include <string_view>
 
 #include "mimatrix/schedule/signature.hpp"
 
@@ -17,26 +19,32 @@ struct call_record {
   std::uint64_t packed = 0;
   std::string algorithm;
   std::uint64_t agreement = 0;
+  bool kept = false;  // a call's, not the empty slot's
 };
 
-/// The latest `kept` calls' records: a peer asks while it waits in a call, at most a
-/// deadline after this rank ran it, and a rank runs fewer calls at once than this.
+/// The latest `kept` calls' records, a slot a sequence modulo `kept`: a peer asks while it
+/// waits in a call, and a rank runs fewer calls at once than this. Every call adds one, so
+/// adding allocates nothing once the slots' names have their room.
 class call_records {
  public:
-  static constexpr std::uint64_t kept = 256;
+  static constexpr std::size_t kept = 256;
 
-  void add(const call_record& call) {
-    records_[call.sig.sequence] = call;
-    while (records_.begin()->first + kept < call.sig.sequence) records_.erase(records_.begin());
+  void add(const schedule::signature& sig, std::uint64_t packed, std::string_view algorithm, std::uint64_t agreement) {
+    call_record& r = records_[sig.sequence % kept];
+    r.sig = sig;
+    r.packed = packed;
+    r.algorithm.assign(algorithm);
+    r.agreement = agreement;
+    r.kept = true;
   }
   /// The record of call `sequence`, or null if this rank has not run it (or long ago).
   const call_record* find(std::uint64_t sequence) const {
-    const auto it = records_.find(sequence);
-    return it == records_.end() ? nullptr : &it->second;
+    const call_record& r = records_[sequence % kept];
+    return r.kept && r.sig.sequence == sequence ? &r : nullptr;
   }
 
  private:
-  std::map<std::uint64_t, call_record> records_;
+  std::array<call_record, kept> records_{};
 };
 
 }  // namespace mimatrix::transport::detail::fabric

@@ -326,11 +326,12 @@ class endpoint {
 
   /// This rank runs (or refused) call `sequence`; a rank that closes tells how many it ran.
   void entered(std::uint64_t sequence) { calls_ = std::max(calls_, sequence + 1); }
-  /// This rank runs `call` as its sequence: a peer that asks about it is answered from it.
-  void runs(const call_record& call) { records_.add(call); }
-  /// Asks `peer` which call it runs as `call`'s sequence; if another, it fails the call on
-  /// every rank with `mismatch` (a call waiting on that peer: endpoint_control.hpp).
-  void ask_which_call(int peer, const call_record& call);
+  /// This rank runs `sig`, packed as `packed`: a peer that asks about it is answered from it.
+  void runs(const signature& sig, std::uint64_t packed, const schedule::schedule& p) {
+    records_.add(sig, packed, p.algorithm, p.agreement); }
+  /// Asks `peer` which call it runs as call `sequence` (this rank's packed as `packed`); if
+  /// another, it fails the call on every rank with `mismatch` (endpoint_control.hpp).
+  void ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed);
 
   /// The communicator was aborted, here or on another rank (abort_all); null if not.
   const fabric::failure* aborted() const { return aborted_ ? &*aborted_ : nullptr; }
@@ -339,7 +340,8 @@ class endpoint {
   void abort_all(const std::string& why);
   bool controls_pending() const { return !backlog_.empty(); }
 
-  /// Records the failure of call `sequence` and tells every other rank.
+  /// Records the failure of call `sequence` and tells every other rank (announce: and pushes it out).
+  void tell_failure(std::uint64_t sequence, errc code, const std::string& message);
   void announce_failure(std::uint64_t sequence, errc code, const std::string& message);
 
   /// Tells one rank that call `sequence`, which this rank took part in, failed; it passes the news on.

@@ -22,11 +22,16 @@
 
 namespace mimatrix::transport::detail::fabric {
 
-inline void endpoint::announce_failure(std::uint64_t sequence, errc code, const std::string& message) {
+inline void endpoint::tell_failure(std::uint64_t sequence, errc code, const std::string& message) {
   failures_.emplace(sequence, fabric::failure{code, message});
-  const auto now = clock::now();
+  const auto until = clock::now() + control_patience;
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) send_abort(peer, sequence, code, message, now + control_patience);
+    if (peer != rank_) send_abort(peer, sequence, code, message, until);
+}
+
+inline void endpoint::announce_failure(std::uint64_t sequence, errc code, const std::string& message) {
+  const auto now = clock::now();
+  tell_failure(sequence, code, message);
   // Most callers leave soon after a failure: push the news out before returning to them.
   while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
     if (!progress()) std::this_thread::yield();
@@ -188,9 +193,9 @@ inline std::vector<std::string> endpoint::local_peers(process_status state, cons
   return found;
 }
 
-inline void endpoint::ask_which_call(int peer, const call_record& call) {
+inline void endpoint::ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed) {
   if (peer < 0 || peer >= size_ || peer == rank_) return;
-  send_control(peer, {wire::control_type::which_call, errc::mismatch, rank_, call.sig.sequence, std::to_string(call.packed)},
+  send_control(peer, {wire::control_type::which_call, errc::mismatch, rank_, sequence, std::to_string(packed)},
                clock::now() + control_patience);
 }
 
@@ -210,10 +215,7 @@ inline void endpoint::on_which_call(const wire::control_message& m) {
                                              mine->agreement) +
                           " (found when rank " + std::to_string(m.source) + "'s call waited: no message of "
                           "one call met the other's)";
-  failures_.emplace(m.value, fabric::failure{errc::mismatch, why});
-  const auto until = clock::now() + control_patience;
-  for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) send_abort(peer, m.value, errc::mismatch, why, until);
+  tell_failure(m.value, errc::mismatch, why);  // not announce_failure: no progress from inside progress
 }
 
 inline void endpoint::on_stuck(const char* call, int peer, std::chrono::milliseconds inside) const noexcept {

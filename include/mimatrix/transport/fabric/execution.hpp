@@ -74,7 +74,7 @@ class execution final : public step_executor, private call {
       }
     } unmade{*this, resources};
     mem_ = {input, output, nullptr};
-    ep_->runs({sig, packed_, this->plan().algorithm, this->plan().agreement});
+    ep_->runs(sig, packed_, this->plan());
     ep_->allow(timeout);
     share_fate(ep_->fate());
     shared_ = caller && shares_device_memory(*caller->device);
@@ -248,7 +248,7 @@ class execution final : public step_executor, private call {
       unblock_rings();
       find_misrouted();
       if (const auto now = clock::now(); now >= next_question_ && !finished()) {  // which call does it run?
-        ep_->ask_which_call(stuck_context().peer, {sig(), packed_, plan().algorithm, plan().agreement});
+        ep_->ask_which_call(stuck_context().peer, sig().sequence, packed_);
         next_question_ = now + question_interval;
       }
     }
@@ -484,7 +484,7 @@ class execution final : public step_executor, private call {
   /// Rounds without progress (about 20 ms in wait()) after which a call sets aside what
   /// its rings hold (unblock_rings).
   static constexpr int stalled_rounds = 20000;
-  clock::time_point next_question_{};  // when a stalled call next asks its peers which call they run
+  clock::time_point next_question_{};  // when a stalled call next asks the peer it waits on which call it runs
   static constexpr std::chrono::milliseconds question_interval{500};
 };
 

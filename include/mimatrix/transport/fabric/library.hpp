@@ -1,6 +1,6 @@
 // libfabric, loaded when a process opens its first fabric endpoint (dlopen), not when it
 // starts. Debian's libfabric pulls in the PSM provider libraries, whose constructor spends
-// about 0.2 s polling for hardware before main: a process that never opens an endpoint
+// about 0.2 s calibrating a clock with short sleeps before main: a process that never opens an endpoint
 // (a launcher, a job server, the parent of test ranks) no longer pays it, and a program
 // built with the fabric transport starts, and says what is missing, where libfabric is
 // not installed. Only these five entry points are symbols; the rest of libfabric's API is
@@ -32,7 +32,7 @@ struct library {
 
 /// Where to look for libfabric: its soname first (the loader's search path and
 /// LD_LIBRARY_PATH), then the file the build found (MIMATRIX_LIBFABRIC_FILE, set by
-/// CMake's libfabric::libfabric), for a libfabric outside the loader's path.
+/// CMake's libfabric::headers), for a libfabric outside the loader's path.
 inline constexpr const char* libfabric_files[] = {"libfabric.so.1",
 #ifdef MIMATRIX_LIBFABRIC_FILE
                                                   MIMATRIX_LIBFABRIC_FILE,
