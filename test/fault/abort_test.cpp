@@ -48,6 +48,10 @@ int trial(int t, const std::shared_ptr<bootstrap::store>& store) {
   sum_t sum(comm);
   std::vector<std::int64_t> data(1000, 1);
   sum(data);  // every rank is up
+  // ... and has finished that call before the watchdog starts its clock (CI flake: under
+  // ASan over tcp, rank 0's first call still ran 100 ms after the watchdog's had ended).
+  const std::string finished_first = "abort_test/" + std::to_string(t) + "/finished_first";
+  store->add(finished_first, 1);
   const auto expect_aborted = [&](const error& e) {
     const std::string what = e.what();
     if (e.code() != errc::aborted || what.find("rank 1 aborted the communicator: watchdog saw no progress") ==
@@ -76,12 +80,16 @@ int trial(int t, const std::shared_ptr<bootstrap::store>& store) {
     return 0;
   }
   std::thread dog;
-  if (r == watchdog)
+  if (r == watchdog) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (store->add(finished_first, 0) < comm.size() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     dog = std::thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       std::printf("ABORT %d %lld\n", t, now_us());
       comm.abort("watchdog saw no progress");
     });
+  }
   int rc = 0;
   try {
     sum(data);  // the idle rank never joins: only the abort ends it
