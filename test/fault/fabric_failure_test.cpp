@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -276,6 +277,28 @@ MIMATRIX_SCENARIO(ring_orders_disagree) {
                                                                                   : topology::ring{});
   std::vector<int> data(1000, 1);
   return expect_error(comm, [&] { sum(data); });
+}
+
+// Rank 0's ring runs 0 -> 1 -> 2, the others' 0 -> 2 -> 1: a broadcast from rank 0 sends
+// to rank 1, which waits for rank 2, which waits for rank 0. A broadcast's packing carries
+// its root, not the topology's digest, so no message tells; the waiting call's question
+// (which_call) carries the agreement and does.
+MIMATRIX_SCENARIO(broadcast_ring_orders_disagree) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(20'000));
+  broadcast<fabric, topology::ring, std::int32_t> bcast(
+      comm, comm.rank() == 0 ? topology::ring{} : topology::ring({0, 2, 1}));
+  std::vector<std::int32_t> data(1000, comm.rank() == 0 ? 7 : 0);
+  if (comm.rank() != 0) return expect_error(comm, [&] { bcast(data, 0); });
+  const auto t0 = clock_type::now();
+  try {  // the root may finish first (its message was taken): its own data is right
+    bcast(data, 0);
+    std::printf("ROOT_DONE\n");
+  } catch (const error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+    std::printf("CAUGHT %s %lld: %s\n", e.code().message().c_str(), static_cast<long long>(ms), e.what());
+  }
+  return 0;
 }
 
 // Two buckets of one shape, tagged 1 and 2 (call_options::tag), started in opposite
@@ -696,6 +719,28 @@ TEST(fabric_failure_algorithms, ranks_on_rings_of_different_orders_fail_at_once_
     return line.find("with another algorithm, topology or tag than this rank's (algorithm 'ring'") !=
            std::string::npos;
   });
+}
+
+// Found by the D2 fix's review: ranks on two ring orders ran one broadcast until the
+// deadline (20 s here). Every rank now fails with mismatch within seconds, naming the
+// topology, but the root, which may finish first (as any rank that finished a call another
+// failed over shm, docs/faults.md).
+TEST(fabric_failure_algorithms, a_broadcast_on_rings_of_different_orders_fails_at_once_with_mismatch) {
+  for (const std::string& provider : test::test_providers()) {
+    SCOPED_TRACE(provider);
+    const auto r = test::run_ranks(3, provider, "broadcast_ring_orders_disagree", {}, std::chrono::seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+    for (int rank = 0; rank < 3; ++rank) {
+      const std::string line = caught(r, rank);
+      if (rank == 0 && line.empty() && r.output[0].find("ROOT_DONE") != std::string::npos) continue;
+      ASSERT_FALSE(line.empty()) << test::all_output(r);
+      EXPECT_NE(line.find("CAUGHT ranks disagree on the collective"), std::string::npos) << line;
+      EXPECT_NE(line.find("broadcast #0 (count 1000, int32, root 0) on another topology or algorithm"),
+                std::string::npos)
+          << line;
+      EXPECT_LT(caught_ms(line), 5000) << line;
+    }
+  }
 }
 
 // Issue 10 (per-call tag): ranks that give the same call different tags fail at once

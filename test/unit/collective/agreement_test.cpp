@@ -3,6 +3,7 @@
 // spell the same parameters differently run as one. Found by a black-box test: the first
 // timed out at the deadline, each rank waiting for messages its peers never sent.
 #include "mimatrix/allreduce.hpp"
+#include "mimatrix/broadcast.hpp"
 
 #include <gtest/gtest.h>
 
@@ -67,6 +68,18 @@ TEST(agreement, ranks_on_rings_of_different_orders_fail_with_mismatch) {
   expect_disagreement(4, [](int r, communicator<inproc>& comm) {
     return allreduce<inproc, topology::ring, reduce::sum<std::int32_t>>(
         comm, r == 2 ? topology::ring({0, 2, 1, 3}) : topology::ring{});
+  });
+}
+
+// A broadcast's root is what its fabric packing carries; the board compares the agreement.
+TEST(agreement, a_broadcast_on_rings_of_different_orders_fails_with_mismatch) {
+  struct from_rank_0 {
+    broadcast<inproc, topology::ring, std::int32_t> bcast;
+    void operator()(std::vector<std::int32_t>& v) { bcast(v, 0); }
+  };
+  expect_disagreement(3, [](int r, communicator<inproc>& comm) {
+    return from_rank_0{broadcast<inproc, topology::ring, std::int32_t>(
+        comm, r == 0 ? topology::ring{} : topology::ring({0, 2, 1}))};
   });
 }
 

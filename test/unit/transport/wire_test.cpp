@@ -77,6 +77,17 @@ TEST(wire, one_algorithm_with_other_parameters_packs_differently) {
   EXPECT_NE(why.find("built alike (the topology's ring order"), std::string::npos) << why;
 }
 
+// A broadcast's packing carries its root, so ranks on two topologies pack alike; the
+// which_call answer compares the agreement whole and says so (built_differently).
+TEST(wire, a_call_built_differently_is_named_with_what_must_agree) {
+  const signature root = call(collective::broadcast, 0, 0);
+  EXPECT_EQ(wire::built_differently(2, root, "ring"),
+            "rank 2 runs broadcast #5 (count 1000, int32, root 0) on another topology or algorithm than this "
+            "rank's (algorithm 'ring'); every rank must give a call the same algorithm (the collective's "
+            "Algorithm, call_options::algorithm, MIMATRIX_ALGO), built alike (the topology's ring order, node "
+            "size or shape; the algorithm's rank order and chunk)");
+}
+
 // Regression: a broadcast whose ranks each named themselves the root left its messages
 // unreceived over tcp, and the broadcast of the same shape 2^15 calls later, whose tags
 // are the same, took one as its data without a word.

@@ -331,7 +331,7 @@ class endpoint {
     records_.add(sig, packed, p.algorithm, p.agreement); }
   /// Asks `peer` which call it runs as call `sequence` (this rank's packed as `packed`); if
   /// another, it fails the call on every rank with `mismatch` (endpoint_control.hpp).
-  void ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed);
+  void ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed, std::uint64_t agreement);
 
   /// The communicator was aborted, here or on another rank (abort_all); null if not.
   const fabric::failure* aborted() const { return aborted_ ? &*aborted_ : nullptr; }

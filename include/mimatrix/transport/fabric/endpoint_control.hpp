@@ -193,9 +193,11 @@ inline std::vector<std::string> endpoint::local_peers(process_status state, cons
   return found;
 }
 
-inline void endpoint::ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed) {
+inline void endpoint::ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed, std::uint64_t agreement) {
   if (peer < 0 || peer >= size_ || peer == rank_) return;
-  send_control(peer, {wire::control_type::which_call, errc::mismatch, rank_, sequence, std::to_string(packed)},
+  send_control(peer,
+               {wire::control_type::which_call, errc::mismatch, rank_, sequence,
+                std::to_string(packed) + ' ' + std::to_string(agreement)},
                clock::now() + control_patience);
 }
 
@@ -204,15 +206,21 @@ inline void endpoint::ask_which_call(int peer, std::uint64_t sequence, std::uint
 // each waits for a receive the other never posts, and both would only time out (found by
 // a black-box test: a broadcast beside an allreduce of one count). A rank that ran another
 // one fails the call on every rank with `mismatch`, naming both; one that has not reached
-// it yet says nothing, and asks in turn when it stalls there.
+// it yet says nothing, and asks in turn when it stalls there. The agreement is compared
+// whole: a broadcast's packing carries its root, not the topology's digest, so ranks on two
+// ring orders met no message that told.
 inline void endpoint::on_which_call(const wire::control_message& m) {
   const call_record* mine = records_.find(m.value);
   if (!mine || m.source < 0 || m.source >= size_ || failures_.count(m.value)) return;
-  const std::uint64_t theirs = std::strtoull(m.text.c_str(), nullptr, 10);
-  if (theirs == mine->packed) return;
-  const std::string why = "rank " + std::to_string(rank_) + ": " +
-                          wire::disagreement(m.source, theirs, mine->packed, mine->sig, mine->algorithm,
-                                             mine->agreement) +
+  char* rest = nullptr;
+  const std::uint64_t theirs = std::strtoull(m.text.c_str(), &rest, 10);
+  const std::uint64_t their_agreement = std::strtoull(rest, nullptr, 10);
+  if (theirs == mine->packed && their_agreement == mine->agreement) return;
+  const std::string what =
+      theirs != mine->packed
+          ? wire::disagreement(m.source, theirs, mine->packed, mine->sig, mine->algorithm, mine->agreement)
+          : wire::built_differently(m.source, mine->sig, mine->algorithm);
+  const std::string why = "rank " + std::to_string(rank_) + ": " + what +
                           " (found when rank " + std::to_string(m.source) + "'s call waited: no message of "
                           "one call met the other's)";
   tell_failure(m.value, errc::mismatch, why);  // not announce_failure: no progress from inside progress

@@ -248,7 +248,7 @@ class execution final : public step_executor, private call {
       unblock_rings();
       find_misrouted();
       if (const auto now = clock::now(); now >= next_question_ && !finished()) {  // which call does it run?
-        ep_->ask_which_call(stuck_context().peer, sig().sequence, packed_);
+        ep_->ask_which_call(stuck_context().peer, sig().sequence, packed_, plan().agreement);
         next_question_ = now + question_interval;
       }
     }

@@ -103,6 +103,12 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_
   return s;
 }
 
+/// What every rank must give a call alike, said by the two texts below.
+inline constexpr const char* same_algorithm_built_alike =
+    "every rank must give a call the same algorithm (the collective's Algorithm, call_options::algorithm, "
+    "MIMATRIX_ALGO), built alike (the topology's ring order, node size or shape; the algorithm's rank order "
+    "and chunk)";
+
 /// Why a peer's packed signature `theirs` is not this rank's `mine` (`sig` run by
 /// `algorithm`): "rank 2 runs allreduce #3 (...) but this rank runs ...", or, when only
 /// the top bits differ, that the algorithm (a broadcast's root) or the tag differs: the
@@ -136,9 +142,16 @@ inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mi
            "); every rank must give a call the same root and tag (call_options::tag)";
   }
   return who + to_string(shape) + " with another algorithm, topology or tag than this rank's (algorithm '" +
-         std::string(algorithm) + "', tag " + tag + "); every rank must give a call the same algorithm (the "
-         "collective's Algorithm, call_options::algorithm, MIMATRIX_ALGO), built alike (the topology's ring "
-         "order, node size or shape; the algorithm's rank order and chunk), and the same tag (call_options::tag)";
+         std::string(algorithm) + "', tag " + tag + "); " + same_algorithm_built_alike + ", and the same tag "
+         "(call_options::tag)";
+}
+
+/// Why a peer whose packing equals this rank's still disagrees: the full schedule::agreement
+/// differs (a broadcast's packing carries its root, not the digest; for the others, 16 bits
+/// of 64 met by chance).
+inline std::string built_differently(int peer, const signature& sig, std::string_view algorithm) {
+  return "rank " + std::to_string(peer) + " runs " + to_string(sig) + " on another topology or algorithm "
+         "than this rank's (algorithm '" + std::string(algorithm) + "'); " + same_algorithm_built_alike;
 }
 
 /// The same, for a rank that runs `plan`.
@@ -185,7 +198,7 @@ inline bool earlier(std::uint32_t a, std::uint32_t b) {
 /// abort: one call failed; shutdown: the communicator was aborted (every call fails);
 /// left: the sender closed its endpoint after `value` calls (it joins none from #value on).
 /// which_call: a stalled call's question, which call the peer runs as its sequence (value;
-/// text: the asker's packed signature, in decimal).
+/// text: the asker's packed signature and its schedule::agreement, in decimal).
 enum class control_type : std::uint8_t { abort = 1, ping = 2, pong = 3, shutdown = 4, left = 5, which_call = 6 };
 
 /// A control message: a fixed header and, for abort, the failure's text.
