@@ -463,6 +463,19 @@ TEST(fabric_failure_start_up, a_rank_killed_while_the_group_splits_is_named_at_o
   }
 }
 
+// The same on three hosts (emulated: no rank sees another's process): the rank's
+// connection to the store ends with it, and the store sets what it armed (lost/<rank>).
+// Before, the others waited out the start-up deadline, a minute.
+TEST(fabric_failure_start_up, a_rank_killed_on_another_host_while_the_group_splits_is_named_at_once) {
+  for (const std::string& line : survivors_caught(
+           test::run_ranks(3, "tcp;ofi_rxm", "killed_rank_before_split", {}, std::chrono::seconds(50), 3))) {
+    EXPECT_NE(line.find("CAUGHT peer lost"), std::string::npos) << line;
+    EXPECT_NE(line.find("rank 2 (host "), std::string::npos) << line;
+    EXPECT_NE(line.find("lost its connection to the rendezvous store"), std::string::npos) << line;
+    EXPECT_LT(caught_ms(line), 5000) << line;
+  }
+}
+
 // Regression (issue 18 item 6): over shm a dead peer was noticed only by the liveness
 // probe just before the deadline (minutes with the default); its pid tells at once.
 TEST_P(fabric_failure, a_killed_rank_on_this_host_is_named_within_a_second_whatever_the_deadline) {

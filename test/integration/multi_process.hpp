@@ -59,12 +59,15 @@ inline std::string provider_label(std::string p) {
   return p;
 }
 
-/// Runs `scenario` on `ranks` processes over `provider`, with `env` added.
+/// Runs `scenario` on `ranks` processes over `provider`, with `env` added; with `hosts`,
+/// as that many hosts emulated on this machine (bootstrap::launch_options::hosts).
 inline bootstrap::launch_result run_ranks(int ranks, const std::string& provider, const std::string& name,
                                           std::vector<std::pair<std::string, std::string>> env = {},
-                                          std::chrono::milliseconds limit = std::chrono::seconds(120)) {
+                                          std::chrono::milliseconds limit = std::chrono::seconds(120),
+                                          int hosts = 0) {
   bootstrap::launch_options o;
   o.ranks = ranks;
+  o.hosts = hosts;
   o.argv = {self_executable()};
   o.env = std::move(env);
   o.env.emplace_back("MIMATRIX_TEST_SCENARIO", name);

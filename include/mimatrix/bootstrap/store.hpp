@@ -59,6 +59,24 @@ class store {
     return 0;
   }
 
+  /// Asks the store to set `key` to `value` should this client go without a word: its
+  /// process killed or its host lost while it holds this object. Peers waiting for it then
+  /// learn at once what they would otherwise learn at their deadline (a rank on another
+  /// host, whose process they cannot see). Until cancel_when_gone(key) or this object's
+  /// end. Returns false where the store cannot tell, as this default (a file or memory
+  /// store has no connection to watch).
+  virtual bool set_when_gone(const std::string& key, const std::vector<std::byte>& value) {
+    (void)key;
+    (void)value;
+    return false;
+  }
+
+  /// Withdraws set_when_gone(key) (an empty key: every one), waiting at most `timeout`.
+  virtual void cancel_when_gone(const std::string& key, std::chrono::milliseconds timeout) {
+    (void)key;
+    (void)timeout;
+  }
+
   /// Where the store lives, for messages ("tcp://10.0.0.1:29500", "file:/tmp/job").
   virtual std::string where() const = 0;
 

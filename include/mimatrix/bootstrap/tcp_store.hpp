@@ -70,6 +70,14 @@ class tcp_store final : public store {
   tcp_store(const tcp_store&) = delete;
   tcp_store& operator=(const tcp_store&) = delete;
 
+  /// Disarms what set_when_gone() armed: this process did not go without a word.
+  ~tcp_store() override {
+    try {
+      if (armed_ && fd_) cancel_when_gone({}, std::chrono::milliseconds(1000));
+    } catch (const error&) {  // the server is gone or frozen: nobody is left to mislead
+    }
+  }
+
   void set(const std::string& key, const std::vector<std::byte>& value) override {
     request(detail::tcp_op::set, key, value, timeout_);
   }
@@ -104,6 +112,23 @@ class tcp_store final : public store {
     if (value.size() != 8)
       throw error(errc::transport, "erase of keys under '" + prefix + "' at " + where() + ": malformed reply");
     return static_cast<std::int64_t>(detail::get_uint(value.data(), 8));
+  }
+
+  /// The server sets `key` when this object's connection ends without disarming it. A
+  /// connection given up (a request that timed out, a malformed reply) is disarmed first.
+  bool set_when_gone(const std::string& key, const std::vector<std::byte>& value) override {
+    check_entry(key, value.size());
+    std::vector<std::byte> arg{std::byte{1}};
+    arg.insert(arg.end(), value.begin(), value.end());
+    request(detail::tcp_op::when_gone, key, arg, timeout_);
+    armed_ = true;
+    return true;
+  }
+
+  void cancel_when_gone(const std::string& key, std::chrono::milliseconds timeout) override {
+    if (!armed_) return;
+    request(detail::tcp_op::when_gone, key, {std::byte{0}}, std::min(timeout, timeout_));
+    if (key.empty()) armed_ = false;
   }
 
   std::string where() const override { return "tcp://" + host_ + ":" + std::to_string(port_); }
@@ -240,7 +265,7 @@ class tcp_store final : public store {
       const int ready = ::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30)));
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0) {
-        fd_.reset();  // a late reply would be taken for the next request's
+        drop_connection();  // a late reply would be taken for the next request's
         timed_out_ = true;
         throw error(errc::timeout, "the rendezvous store at " + where() + " did not answer for key '" + key +
                                        "' within " + std::to_string(waited_.count()) + " ms");
@@ -257,8 +282,26 @@ class tcp_store final : public store {
     return true;
   }
 
-  [[noreturn]] void fail(const std::string& what) {
+  /// Gives up the connection, first disarming its keys without waiting: the server reads
+  /// a connection's frames in order, so it disarms them before it sees the end.
+  void drop_connection() {
+    if (fd_ && armed_) {
+      std::vector<std::byte> body{static_cast<std::byte>(detail::tcp_op::when_gone)};
+      detail::put_u32(body, 0);  // the empty key: every one
+      body.push_back(std::byte{0});
+      const auto frame = detail::make_frame(body);
+      (void)!::send(fd_.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd_.get(), SHUT_WR);
+      std::byte unread[4096];  // closing with unread bytes would reset the connection
+      while (::recv(fd_.get(), unread, sizeof unread, MSG_DONTWAIT) > 0) {
+      }
+    }
+    armed_ = false;
     fd_.reset();
+  }
+
+  [[noreturn]] void fail(const std::string& what) {
+    drop_connection();
     throw error(errc::transport, "rendezvous store at " + where() + ": " + what);
   }
 
@@ -270,6 +313,7 @@ class tcp_store final : public store {
   detail::unique_fd fd_;
   bool answered_ = false;  // the server has answered a request on fd_
   bool timed_out_ = false;  // fd_ was dropped because a request timed out: the next connects again
+  bool armed_ = false;      // set_when_gone() armed keys on fd_
   std::chrono::milliseconds waited_{0};  // how long the request in flight may wait, for its message
 };
 

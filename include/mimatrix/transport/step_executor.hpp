@@ -67,9 +67,9 @@ class step_executor : public execution {
     (void)grace;
     return {};
   }
-  /// Peers whose processes have ended, as the transport can tell without their answer
-  /// ("rank 2 (pid 4242)"; none or cannot tell: ""). Asked every ended_check_interval
-  /// of a stuck call.
+  /// Peers whose processes have ended, as the transport can tell without their answer, each
+  /// with how ("rank 2 (pid 4242) exited or was killed (...)"; none or cannot tell: ""). Asked
+  /// every ended_check_interval of a stuck call.
   virtual std::string ended_peers() const { return {}; }
   /// Of `peers`, those on this host whose processes run, each as "rank 2 (pid 4242)".
   virtual std::vector<std::string> running_peers(const std::vector<int>& peers) const {

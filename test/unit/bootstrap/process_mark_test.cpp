@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -54,6 +55,27 @@ TEST(process_mark, a_process_reaped_while_it_is_read_reads_as_ended_and_never_th
     EXPECT_TRUE(ended || mark.ended()) << "child " << i;
     EXPECT_TRUE(reaped);
   }
+}
+
+// Hosts emulated on one machine (mimatrix-run --hosts) must not see each other's
+// processes, as real hosts cannot: the fault tests of a rank on another host rely on it.
+TEST(process_mark, processes_on_two_emulated_hosts_cannot_check_each_other) {
+  const char* before = std::getenv("MIMATRIX_HOST_ID");
+  const std::string kept = before ? before : "";
+  ::setenv("MIMATRIX_HOST_ID", "emulated host 0", 1);
+  const process_mark first = process_mark::self();
+  ::setenv("MIMATRIX_HOST_ID", "emulated-host-1", 1);
+  const process_mark second = process_mark::self();
+  if (before)
+    ::setenv("MIMATRIX_HOST_ID", kept.c_str(), 1);
+  else
+    ::unsetenv("MIMATRIX_HOST_ID");
+  if (first.where.empty()) GTEST_SKIP() << "this process cannot be checked here (no boot id or pid namespace)";
+  EXPECT_FALSE(first.can_check(second));
+  EXPECT_TRUE(first.can_check(first));
+  const auto decoded = process_mark::decode(first.encode());  // one word: the host's spaces replaced
+  ASSERT_TRUE(decoded.has_value());
+  EXPECT_EQ(decoded->where, first.where);
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -33,6 +35,12 @@ struct process_mark {
     std::array<char, 128> ns{};
     const ssize_t n = ::readlink("/proc/self/ns/pid", ns.data(), ns.size() - 1);
     if (!boot.empty() && n > 0) m.where = boot + "/" + std::string(ns.data(), std::size_t(n));
+    // Hosts emulated on one machine (mimatrix-run --hosts) cannot see each other's
+    // processes, as real ones cannot: what a rank on another host relies on is tested here.
+    if (const char* host = std::getenv("MIMATRIX_HOST_ID"); host && *host && !m.where.empty()) {
+      m.where += "/host:";
+      for (const char* c = host; *c; ++c) m.where += std::isspace(static_cast<unsigned char>(*c)) ? '_' : *c;
+    }
     if (const auto s = start_of(m.pid)) m.started = *s;
     return m;
   }

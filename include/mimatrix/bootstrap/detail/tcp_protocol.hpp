@@ -3,8 +3,10 @@
 // Every message is a frame: a 4-byte big-endian length, then that many bytes of body.
 //   request: u8 op, u32 key length, key, then  set: value | get: u32 timeout ms | add: i64 delta
 //            | erase_prefix: nothing (the key is the prefix)
+//            | when_gone: u8 1, value (arm: set the key to the value if this connection
+//              ends without disarming it) or u8 0 (disarm the key; an empty key: all)
 //   reply:   u8 status, then  ok: value (get) or i64 (add: the sum; erase_prefix: the keys
-//            erased) or nothing (set) | error: message
+//            erased) or nothing (set, when_gone) | error: message
 // A get of an absent key waits in the server, which answers at once when some rank sets the
 // key, or `timeout` after the request with status timeout: the client never spins.
 // Both ends bound a frame by max_key_bytes and max_value_bytes (store.hpp): the server
@@ -22,7 +24,7 @@
 
 namespace mimatrix::bootstrap::detail {
 
-enum class tcp_op : std::uint8_t { set = 1, get = 2, add = 3, erase_prefix = 4 };
+enum class tcp_op : std::uint8_t { set = 1, get = 2, add = 3, erase_prefix = 4, when_gone = 5 };
 enum class tcp_status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
 
 inline constexpr std::size_t tcp_max_request = 1 + 4 + max_key_bytes + max_value_bytes;  // larger is garbage

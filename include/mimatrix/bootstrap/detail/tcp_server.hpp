@@ -24,29 +24,12 @@
 
 #include "mimatrix/bootstrap/detail/counter.hpp"
 #include "mimatrix/bootstrap/detail/fd.hpp"
+#include "mimatrix/bootstrap/detail/tcp_listener.hpp"
 #include "mimatrix/bootstrap/detail/tcp_protocol.hpp"
+#include "mimatrix/bootstrap/detail/tcp_server_limits.hpp"
 #include "mimatrix/core/error.hpp"
 
 namespace mimatrix::bootstrap::detail {
-
-/// What all the clients of one server together may make it hold.
-struct tcp_server_limits {
-  /// Requests being received (a body is buffered whole before it is served) and the keys
-  /// of gets parked until their key is set. A request that would pass it is refused.
-  std::size_t buffered_bytes = std::size_t{64} << 20;
-  /// Keys and values stored. A set that would pass it is refused.
-  std::size_t stored_bytes = std::size_t{512} << 20;
-  /// A connection that has sent nothing since it opened is closed after this long (its
-  /// client reconnects when it first asks: tcp_store does).
-  std::chrono::milliseconds silent{30000};
-  /// A request whose bytes stop coming this long is dropped with its connection.
-  std::chrono::milliseconds stalled_request{10000};
-  /// How long accepting pauses when the process is out of file descriptors.
-  std::chrono::milliseconds accept_backoff{100};
-  /// At most how long a stopping server still answers requests that had arrived and sends
-  /// replies it had queued (a barrier's last arriver may be the rank that hosts it).
-  std::chrono::milliseconds drain{250};
-};
 
 class tcp_server {
   using clock = std::chrono::steady_clock;
@@ -54,7 +37,7 @@ class tcp_server {
  public:
   /// Binds `port` on every address (0: one the kernel picks) and starts serving.
   explicit tcp_server(int port, tcp_server_limits limits = {}) : limits_(limits) {
-    listen_ = bind_any(port);
+    listen_ = listen_on_any_address(port);
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
@@ -102,6 +85,7 @@ class tcp_server {
     clock::time_point last_input;
     bool spoke = false;  // has sent a whole request
     bool closed = false;
+    std::map<std::string, value_ptr> when_gone;  // set if the connection ends (tcp_op::when_gone)
   };
   struct waiter {
     std::uint64_t client;
@@ -114,42 +98,6 @@ class tcp_server {
   static constexpr std::size_t max_queued_replies = 64;
   // What a parked get costs besides its key.
   static constexpr std::size_t waiter_bytes = sizeof(waiter);
-
-  static unique_fd bind_any(int port) {
-    const int one = 1, zero = 0;
-    auto fail = [&](int e) -> error {
-      std::string hint = e == EADDRINUSE ? " (another job or store is using it: choose another MASTER_PORT)" : "";
-      return error(errc::transport, "rank 0 could not serve the rendezvous store on port " + std::to_string(port) +
-                                        ": " + errno_text(e) + hint);
-    };
-    // Dual-stack IPv6 first, so that clients reach it by IPv4 or IPv6 addresses alike.
-    unique_fd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (fd) {
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-      sockaddr_in6 a{};
-      a.sin6_family = AF_INET6;
-      a.sin6_addr = in6addr_any;
-      a.sin6_port = htons(static_cast<std::uint16_t>(port));
-      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-        if (::listen(fd.get(), SOMAXCONN) != 0) throw fail(errno);
-        set_nonblocking(fd.get(), true);
-        return fd;
-      }
-      if (errno == EADDRINUSE || errno == EACCES) throw fail(errno);
-    }
-    fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd) throw fail(errno);
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw fail(errno);
-    if (::listen(fd.get(), SOMAXCONN) != 0) throw fail(errno);
-    set_nonblocking(fd.get(), true);
-    return fd;
-  }
 
   void run() {
     std::vector<pollfd> fds;
@@ -183,6 +131,7 @@ class tcp_server {
         for (auto w = waiters_.begin(); w != waiters_.end();) w = w->client == gone ? drop(w) : std::next(w);
         it = clients_.erase(it);
       }
+      set_what_the_gone_left();
     }
   }
 
@@ -312,7 +261,7 @@ class tcp_server {
     if (buffered_ + length > limits_.buffered_bytes) {
       c.discarding = true;
       return refuse(c, "the store is busy: it holds " + std::to_string(buffered_) +
-                           " bytes of requests and parked gets of its clients, and this request's " +
+                           " bytes of requests, parked gets and armed keys of its clients, and this request's " +
                            std::to_string(length) + " would pass its bound of " +
                            std::to_string(limits_.buffered_bytes) + " bytes; retry later");
     }
@@ -380,6 +329,9 @@ class tcp_server {
         reply_count(c, now);
         return wake(key);
       }
+      case tcp_op::when_gone:
+        if (rest_length < 1) return close(c);
+        return when_gone(c, key, rest, rest_length);
       case tcp_op::erase_prefix: {
         if (rest_length != 0) return close(c);
         std::int64_t erased = 0;
@@ -391,6 +343,42 @@ class tcp_server {
       }
     }
     close(c);  // an unknown operation: not one of our clients
+  }
+
+  /// Arms (`rest[0]` 1, the value after it) or disarms (0; an empty key: all) what the
+  /// connection's end sets: a client killed, or its host lost, tells those waiting for it.
+  /// Armed keys count as buffered until set or disarmed; one fits, as its request did.
+  void when_gone(client& c, const std::string& key, const std::byte* rest, std::size_t rest_length) {
+    const auto forget = [&](std::map<std::string, value_ptr>::iterator it) {
+      buffered_ -= it->first.size() + it->second->size();
+      return c.when_gone.erase(it);
+    };
+    auto found = c.when_gone.find(key);
+    if (rest[0] == std::byte{0}) {
+      if (key.empty())
+        for (auto it = c.when_gone.begin(); it != c.when_gone.end();) it = forget(it);
+      else if (found != c.when_gone.end())
+        forget(found);
+      return reply(c, tcp_status::ok);
+    }
+    if (found != c.when_gone.end()) forget(found);
+    buffered_ += key.size() + rest_length - 1;
+    c.when_gone[key] = std::make_shared<const std::vector<std::byte>>(rest + 1, rest + rest_length);
+    reply(c, tcp_status::ok);
+  }
+
+  /// Sets what closed connections left armed. Not from close(): a set wakes gets, whose
+  /// replies may close other connections.
+  void set_what_the_gone_left() {
+    while (!gone_.empty()) {
+      auto [key, value] = std::move(gone_.front());
+      gone_.pop_front();
+      const auto found = values_.find(key);
+      const std::size_t old = found == values_.end() ? 0 : key.size() + found->second->size();
+      if (stored_ - old + key.size() + value->size() > limits_.stored_bytes) continue;  // the deadline decides
+      store(key, std::move(value));
+      wake(key);
+    }
   }
 
   /// Whether `key` may hold `bytes` within limits_.stored_bytes; if not, tells the client.
@@ -481,6 +469,11 @@ class tcp_server {
     c.body = {};
     c.out.clear();
     c.fd.reset();  // now: a descriptor is what a flood of connections runs out of
+    for (auto& [key, value] : c.when_gone) {
+      buffered_ -= key.size() + value->size();
+      gone_.emplace_back(key, std::move(value));
+    }
+    c.when_gone.clear();
   }
 
   tcp_server_limits limits_;
@@ -490,7 +483,8 @@ class tcp_server {
   std::map<std::uint64_t, client> clients_;
   std::vector<waiter> waiters_;
   std::map<std::string, value_ptr> values_;
-  std::size_t buffered_ = 0;  // bodies being received and parked gets' keys (limits_.buffered_bytes)
+  std::deque<std::pair<std::string, value_ptr>> gone_;  // armed by connections closed this round
+  std::size_t buffered_ = 0;  // bodies being received, parked gets' keys, armed keys (limits_.buffered_bytes)
   std::size_t stored_ = 0;    // keys and values (limits_.stored_bytes)
   clock::time_point accept_paused_until_{};
   std::uint64_t next_id_ = 0;

@@ -72,8 +72,7 @@ inline void step_executor::check_time() {
       while (advance()) {  // what it sent before it exited may still be queued
       }
       if (finished()) return;
-      return fail(errc::peer_lost, describe(stuck_context(), gone + " exited or was killed (no such process on "
-                                                                    "this host now); this rank was " + stuck_reason()));
+      return fail(errc::peer_lost, describe(stuck_context(), gone + "; this rank was " + stuck_reason()));
     }
   }
   if (probes() && !book_->clock.probed && now >= book_->clock.probe_at) {

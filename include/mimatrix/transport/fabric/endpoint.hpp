@@ -356,14 +356,14 @@ class endpoint {
   /// Peers that answered the last probe but had not entered call `sequence` ("" if none).
   std::string behind(std::uint64_t sequence) const;
 
-  /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric
-  /// shm (1.17) spins on a lock of the receiver's region, which a process stopped or
-  /// killed inside the provider keeps, so nothing is sent to such a peer.
+  /// Whether `peer` runs on this host and its process has ended or is stopped: libfabric shm
+  /// (1.17) spins on a lock of the receiver's region, which a process stopped there keeps.
   bool unreachable(int peer) const;
   /// The peers on this host (of `among`, if given) whose processes are in `state`, each as
   /// "rank 2 (pid 4242)": read from /proc, no answer from them needed.
   std::vector<std::string> local_peers(process_status state, const std::vector<int>* among = nullptr) const;
-  std::string ended_peers() const { return joined(local_peers(process_status::ended)); }
+  /// The peers known gone and how: "rank 2 (pid 4242) exited or was killed (...)", or the store's lost/<r>.
+  std::string ended_peers() const;
 
  private:
   static constexpr int control_receives = 8;
@@ -428,9 +428,8 @@ class endpoint {
 
   // ---- tear-down (endpoint_teardown.hpp) -----------------------------------------
 
-  /// Waits for every rank before closing, progressing meanwhile, so that no rank closes
-  /// while a peer still needs it to complete the last messages (rendezvous protocols
-  /// finish a send only when the receiver answers). Bounded: after a failure briefly.
+  /// Waits for every rank before closing, progressing meanwhile: a rendezvous send ends only
+  /// when its receiver answers. Bounded: after a failure briefly.
   void say_goodbye() noexcept;
   void close() noexcept;
 
@@ -440,6 +439,8 @@ class endpoint {
   std::string provider_, prefix_;
   bootstrap::identity identity_;
   int splits_ = 0;  // split() calls so far: every rank makes them in the same order
+  mutable std::string lost_;  // peers on other hosts gone without a word (the store's lost/<r>)
+  mutable clock::time_point lost_look_{};  // when ended_peers() next asks the store
   std::shared_ptr<shared_fate> fate_;
   std::vector<std::weak_ptr<endpoint>> parts_;  // abort_with()
   fi_info* info_ = nullptr;

@@ -197,21 +197,31 @@ inline int next_instance_of(const std::string& name) {
 }
 
 /// For bootstrap::all_gather's `gone`: whether rank r, which claimed its rank under
-/// `prefix` and published its process there (mark/<r>), has ended on this host. Found by a
-/// black-box test: a rank killed while the group met left the others waiting out the
-/// start-up deadline (60 s), then saying only that it did not publish.
-inline std::function<std::string(int)> ended_on_this_host(bootstrap::store& s, const std::string& prefix) {
+/// `prefix`, has ended: on this host by its process (published there as mark/<r>), on
+/// another by the store, which sets lost/<r> when its connection ends without a word
+/// (store::set_when_gone, where the store can tell). Found by a black-box test: a rank
+/// killed while the group met left the others waiting out the start-up deadline (60 s),
+/// then saying only that it did not publish.
+inline std::function<std::string(int)> ended_or_lost(bootstrap::store& s, const std::string& prefix) {
   return [&s, prefix, self = bootstrap::detail::process_mark::self()](int r) -> std::string {
+    const auto text = [](const std::vector<std::byte>& bytes) {
+      return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    };
     try {
-      const auto bytes = s.get(prefix + "mark/" + std::to_string(r), std::chrono::milliseconds(0));
       const auto mark = bootstrap::detail::process_mark::decode(
-          {reinterpret_cast<const char*>(bytes.data()), bytes.size()});
-      if (mark && self.can_check(*mark) && mark->ended())
-        return "(pid " + std::to_string(mark->pid) + " on this host) exited or was killed";
-    } catch (const error&) {  // not published yet, or the store is gone: the deadline decides
+          text(s.get(prefix + "mark/" + std::to_string(r), std::chrono::milliseconds(0))));
+      if (!mark || !self.can_check(*mark)) return text(s.get(prefix + "lost/" + std::to_string(r), {}));
+      if (mark->ended()) return "(pid " + std::to_string(mark->pid) + " on this host) exited or was killed";
+    } catch (const error&) {  // not published or not lost, or the store is gone: the deadline decides
     }
     return {};
   };
+}
+
+/// What the store sets as lost/<rank> should this process go without a word.
+inline std::string lost_text(const std::string& where) {
+  return "(" + bootstrap::this_process() + ") lost its connection to the rendezvous store at " + where +
+         " without closing its communicator (it exited or was killed, or its host went down)";
 }
 
 inline void endpoint::exchange_addresses() {
@@ -225,6 +235,14 @@ inline void endpoint::exchange_addresses() {
   store_->set(prefix_ + "mark/" + std::to_string(rank_),
               std::vector<std::byte>(reinterpret_cast<const std::byte*>(me.data()),
                                      reinterpret_cast<const std::byte*>(me.data() + me.size())));
+  // Peers on other hosts cannot see this process: the store tells them. lost/any is a
+  // counter's text ("1"), which calls and goodbyes read with add_within: bounded, as a
+  // stopped rank 0 (the store's host) may not answer.
+  const std::string lost = lost_text(store_->where());
+  store_->set_when_gone(prefix_ + "lost/" + std::to_string(rank_),
+                        std::vector<std::byte>(reinterpret_cast<const std::byte*>(lost.data()),
+                                               reinterpret_cast<const std::byte*>(lost.data() + lost.size())));
+  store_->set_when_gone(prefix_ + "lost/any", {std::byte{'1'}});
   std::vector<std::byte> name(256);
   std::size_t len = name.size();
   int ret = fi_getname(&ep_->fid, name.data(), &len);
@@ -275,7 +293,7 @@ inline void endpoint::exchange_addresses() {
       check(0, store_->get(prefix_ + "addr/0", settings_.startup_timeout));
     }
     all = bootstrap::all_gather(*store_, prefix_ + "addr", rank_, size_, mine, settings_.startup_timeout,
-                                ended_on_this_host(*store_, prefix_));
+                                ended_or_lost(*store_, prefix_));
     local_processes_.clear();  // rank 0's, once more below
     for (int peer = 0; peer < size_; ++peer) check(peer, all[std::size_t(peer)]);
   } catch (const error& e) {
@@ -305,7 +323,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
                                          std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
                                                                 reinterpret_cast<const std::byte*>(mine.data()) +
                                                                     mine.size()),
-                                         settings_.startup_timeout, ended_on_this_host(*store_, prefix_));
+                                         settings_.startup_timeout, ended_or_lost(*store_, prefix_));
   const bool by_host = color == std::numeric_limits<int>::min();  // fabric::same_host
   if (color < 0 && !by_host) return std::nullopt;
   const std::string own_host = local_mailboxes::detect_host_identity();
@@ -392,7 +410,7 @@ inline void endpoint::exchange_windows() {
   std::vector<std::byte> bytes(sizeof mine);
   std::memcpy(bytes.data(), &mine, sizeof mine);
   const auto all = bootstrap::all_gather(*store_, prefix_ + "window", rank_, size_, bytes, settings_.startup_timeout,
-                                         ended_on_this_host(*store_, prefix_));
+                                         ended_or_lost(*store_, prefix_));
   peer_windows_.assign(std::size_t(size_), {});
   std::uint64_t smallest = window_ ? mine.half_bytes : 0;
   for (int peer = 0; peer < size_; ++peer) {

@@ -43,12 +43,19 @@ inline void endpoint::say_goodbye() noexcept {
       for (int peer = 0; peer < size_; ++peer)
         if (peer != rank_) send_control(peer, {wire::control_type::left, errc::aborted, rank_, calls_, text}, until);
     }
+    for (const std::string& lost : {"lost/" + std::to_string(rank_), std::string("lost/any")})
+      store_->cancel_when_gone(prefix_ + lost, left());  // leaving with a word
     const std::string key = prefix_ + "goodbye";
     std::int64_t here = size_ == 1 ? 1 : store_->add_within(key, 1, left());
-    while (here < size_ && clock::now() < until) {
+    // A peer on another host that went without a word (lost/any) never comes.
+    for (auto look = clock::now(); here < size_ && clock::now() < until;) {
       for (int k = 0; k < 64; ++k) progress();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
       here = store_->add_within(key, 0, left());
+      if (!failed && clock::now() >= look) {
+        look = clock::now() + std::chrono::milliseconds(250);
+        if (store_->add_within(prefix_ + "lost/any", 0, left()) != 0) break;
+      }
     }
     for (int k = 0; k < 64; ++k) progress();
     // The last rank through erases the group's keys (a few hundred bytes a rank), so that a

@@ -189,7 +189,7 @@ inline void execution::lose_peer(schedule::step_id id, int peer, const std::stri
   if (auto f = ep_->failure(sig().sequence)) return end_failed(*f);
   const std::string gone = ended_peers();
   fail(errc::peer_lost, describe(context(id), "rank " + std::to_string(peer) + " is unreachable (" + what + ")" +
-                                                  (gone.empty() ? "" : "; " + gone + " exited or was killed")));
+                                                  (gone.empty() ? "" : "; " + gone)));
 }
 
 inline void execution::stage_more() {
