@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu_bundle.sh [BUILD] [OUT]: packs what a lent GPU machine runs into OUT (default
-# build/gpu): the CUDA test binaries (the multi-process one among them), the perf programs with -G cuda, resnet_train (--device
-# cuda) with its launcher, and the shared libraries
-# they need that such a machine lacks (libfabric and its providers' libraries; it has CUDA,
-# cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes results/ under the
-# device tool's $OUT (so that they come back), else beside itself.
+# build/gpu): the CUDA test binaries (the multi-process one among them), the perf programs
+# with -G cuda, resnet_train (--device cuda) with its launcher, and the shared libraries they
+# need that such a machine lacks (libfabric, which ranks open by name, and its providers'
+# libraries; it has CUDA, cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes
+# results/ under the device tool's $OUT (so that they come back), else beside itself.
 # Build first with nvcc found and MIMATRIX_CUDA_BENCHMARKS=ON (the default outside the
 # quick test tier):
 #   cmake --preset default -DMIMATRIX_CUDA_BENCHMARKS=ON && cmake --build build/default
@@ -41,9 +41,16 @@ mkdir -p "$out/bin" "$out/lib"
 for b in "${binaries[@]}"; do cp "$build/$b" "$out/bin/"; done
 # Libraries the GPU machine has itself: the C and C++ runtimes, CUDA's, cuDNN's.
 system='^(linux-vdso|ld-linux|libc\.|libm\.|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libcudart|libcublas|libcudnn|libcuda\.)'
-for b in "$out"/bin/*; do
-  ldd "$b" | awk '$3 ~ /^\// { print $1, $3 }'
-done | sort -u | while read -r name path; do
+# libfabric is opened by a rank's first endpoint (dlopen: transport/fabric/library.hpp), so
+# no binary names it: it comes along by name, with what it needs.
+fabric=$(ldconfig -p | awk '$1 == "libfabric.so.1" { print $NF; exit }')
+[ -n "$fabric" ] || { echo "gpu_bundle: libfabric.so.1 is not installed (Debian: libfabric1)" >&2; exit 1; }
+{
+  for b in "$out"/bin/* "$fabric"; do
+    ldd "$b" | awk '$3 ~ /^\// { print $1, $3 }'
+  done
+  echo "libfabric.so.1 $fabric"
+} | sort -u | while read -r name path; do
   [[ $name =~ $system ]] || cp -L "$path" "$out/lib/$name"
 done
 
