@@ -267,6 +267,22 @@ MIMATRIX_SCENARIO(a_rank_closes_before_a_call) {
   });
 }
 
+// Rank 2 ends its process after a call without closing its communicator; the others then
+// close theirs, printing CLOSED_IN <ms>. Run on emulated hosts: its process is not seen.
+MIMATRIX_SCENARIO(a_rank_exits_without_closing) {
+  std::optional<communicator<fabric>> comm(std::in_place);
+  collectives<fabric> coll(*comm);
+  std::vector<int> data(1000, 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int32, reduce::op_kind::sum).wait();
+  if (comm->rank() == 2) std::_Exit(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its connection has ended
+  const auto closing = clock_type::now();
+  comm.reset();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - closing).count();
+  std::printf("CLOSED_IN %lld\n", static_cast<long long>(ms));
+  return 0;
+}
+
 // Rank 0's ring runs 1 -> 0, rank 1's 0 -> 1: one algorithm, two topologies. The digest of
 // their parameters in the packed signature names the disagreement (a black-box test found
 // in-process ranks timing out on it).
@@ -724,6 +740,20 @@ TEST(fabric_failure_close, a_rank_that_closes_before_a_call_is_named_by_its_peer
     const auto at = out.find("CLOSED_IN ");
     ASSERT_NE(at, std::string::npos) << test::all_output(r);
     EXPECT_LT(std::stoll(out.substr(at + 10)), 10'000) << test::all_output(r);
+  }
+}
+
+// A rank on another host that ended without closing its communicator never says goodbye:
+// the others waited for it the start-up deadline (a minute) in their destructors. The store
+// tells them (lost/any) and they close at once.
+TEST(fabric_failure_close, a_rank_gone_on_another_host_is_not_waited_for_at_the_goodbye) {
+  const auto r = test::run_ranks(3, "tcp;ofi_rxm", "a_rank_exits_without_closing", {}, std::chrono::seconds(50), 3);
+  ASSERT_FALSE(r.timed_out) << test::all_output(r);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& out = r.output[std::size_t(rank)];
+    const auto at = out.find("CLOSED_IN ");
+    ASSERT_NE(at, std::string::npos) << test::all_output(r);
+    EXPECT_LT(std::stoll(out.substr(at + 10)), 5000) << test::all_output(r);
   }
 }
 
