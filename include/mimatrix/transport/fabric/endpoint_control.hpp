@@ -194,14 +194,15 @@ inline std::vector<std::string> endpoint::local_peers(process_status state, cons
 }
 
 // A peer on another host cannot be seen from here; the store tells, once its connection
-// ended without a word (lost/any, then lost/<r>: endpoint_setup.hpp). Asked at most every
-// quarter second (stalled calls ask every 100 ms, and rank 0 serves every rank's asking),
-// each time for 100 ms at most; never again once the store did not answer in time (a
-// stopped rank 0: the liveness probe names it).
+// ended without a word (lost/any, then lost/<r>: endpoint_setup.hpp). Asked only where some
+// peer cannot be seen, at most every quarter second (stalled calls ask every 100 ms, and
+// rank 0 serves every rank's asking), each time for 100 ms at most; never again once the
+// store did not answer in time (a stopped rank 0: the liveness probe names it).
 inline std::string endpoint::ended_peers() const {
   std::string gone = joined(local_peers(process_status::ended));
   if (!gone.empty()) gone += " exited or was killed (no such process on this host now)";
-  if (lost_.empty() && store_ && size_ > 1 && !prefix_.empty() && clock::now() >= lost_look_) {
+  const bool unseen = local_processes_.size() + 1 < std::size_t(size_);
+  if (unseen && lost_.empty() && store_ && !prefix_.empty() && clock::now() >= lost_look_) {
     lost_look_ = clock::now() + std::chrono::milliseconds(250);
     try {
       if (store_->add_within(prefix_ + "lost/any", 0, std::chrono::milliseconds(100)) == 0) return gone;
