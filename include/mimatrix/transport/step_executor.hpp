@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -55,7 +54,7 @@ class step_executor : public execution {
   virtual posted post(schedule::step_id id) = 0;
   /// Takes what arrived and completed; true if anything changed.
   virtual bool poll() = 0;
-  /// Every step is done: the transport's last checks; true once the call may succeed.
+  /// Every step is done: the transport's last checks; true once the call may succeed (it is then polled no more).
   virtual bool conclude() { return true; }
   /// A round that moved nothing, the n-th in a row: the transport's remedies, and
   /// failures other ranks reported (adopt them with fail_from()).
@@ -316,10 +315,13 @@ inline bool step_executor::advance() {
     device_failed(e);
     return true;
   }
-  changed |= poll();
-  if (finished()) return true;
-  changed |= retry_queued();
-  changed |= start_ready();
+  // Once concluded (fabric gave its workspace to the next call), only a staged output's way back is left.
+  if (!concluded_) {
+    changed |= poll();
+    if (finished()) return true;
+    changed |= retry_queued();
+    changed |= start_ready();
+  }
   try {  // the device may fail the last work queued (a progress thread must not throw)
     if (!finished() && completed_ == plan_->steps.size() && (!device_ || device_->settled())) {
       if (!concluded_) concluded_ = conclude();
@@ -337,7 +339,7 @@ inline bool step_executor::advance() {
 }
 
 inline void step_executor::idle(int rounds) {
-  stalled(rounds);
+  if (!concluded_) stalled(rounds);
   // The clock is read once in 64 idle rounds: on a VM a read costs a tenth of a small call.
   if (finished() || (rounds != 1 && (rounds & 63) != 0)) return;
   check_time();

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "mimatrix/device/host_port.hpp"
+#include "mimatrix/device/rank_streams.hpp"
 #include "mimatrix/reduce/ops.hpp"
 
 namespace mimatrix {
@@ -48,6 +50,12 @@ class scripted final : public step_executor {
   ~scripted() override { leave(); }
 
   void begin() { start(); }
+  /// Runs the call on host copies of `caller`'s buffers (mem_ as the constructor set it).
+  void stage(const device::stream& caller, device::rank_streams& resources) {
+    stage_through_host(caller, resources, mem_.input, mem_.output, true);
+  }
+
+  int polls_after_conclusion = 0;  // the transport gave its memory back in conclude()
 
   std::map<std::uint32_t, std::vector<std::int32_t>> inbox;  // by tag
   std::vector<std::pair<std::uint32_t, std::vector<std::int32_t>>> sent;  // (tag, data), in order
@@ -72,7 +80,11 @@ class scripted final : public step_executor {
     return posted::started;
   }
 
+  bool conclude() override { return concluded_ = true; }
+  void stalled(int) override { polls_after_conclusion += concluded_; }
+
   bool poll() override {
+    polls_after_conclusion += concluded_;
     bool changed = false;
     for (auto [tag, writer] : flags_to_raise) raise_flag(tag, writer), changed = true;
     flags_to_raise.clear();
@@ -102,6 +114,7 @@ class scripted final : public step_executor {
 
   int refusals_;
   bool early_;
+  bool concluded_ = false;
   std::vector<std::byte> scratch_;
   std::vector<step_id> waiting_;
   std::map<step_id, std::vector<std::int32_t>> arrived_;
@@ -177,6 +190,33 @@ TEST(step_executor, flags_complete_a_wait_once_enough_have_arrived) {
   call.wait(ec);
   ASSERT_FALSE(ec) << call.message();
   EXPECT_EQ(out, in);
+}
+
+// A transport gives a call's memory back in conclude() (fabric: its workspace, which the
+// next call takes), while a staged call's output is still on its way back to the device:
+// a poll after that read another call's receives as its own (an ASan report in CI).
+TEST(step_executor, a_concluded_call_whose_output_is_on_its_way_back_is_not_polled_again) {
+  auto b = builder_for();
+  b.copy({buffer::input, 0, bytes}, {buffer::output, 0, bytes});
+  const auto plan = build(b);
+  transport::progress_engine engine(std::make_unique<yielding_port>());
+  device::host_port dev({.lag = 20ms});  // the output's way back takes rounds
+  device::rank_streams resources;
+  const device::stream s{&dev, dev.make_stream()};
+  std::vector<std::int32_t> in{1, 2, 3, 4}, out(count);
+  {
+    scripted call(engine, plan, reinterpret_cast<const std::byte*>(in.data()),
+                  reinterpret_cast<std::byte*>(out.data()), 5s);
+    call.stage(s, resources);
+    call.begin();
+    std::error_code ec;
+    call.wait(ec);
+    ASSERT_FALSE(ec) << call.message();
+    EXPECT_EQ(call.polls_after_conclusion, 0);
+  }
+  dev.synchronize(s.handle);
+  EXPECT_EQ(out, in);
+  dev.free_stream(s.handle);
 }
 
 TEST(step_executor, a_stuck_call_times_out_naming_its_step_peer_tag_and_route) {

@@ -168,6 +168,7 @@ class execution final : public step_executor, private call {
 
   ~execution() override {
     leave();
+    const auto lock = ep_->engine().lock();  // calls made on other threads take from the pool
     ep_->give_bookkeeping(release_bookkeeping());
   }
 

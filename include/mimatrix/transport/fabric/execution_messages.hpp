@@ -30,7 +30,9 @@ inline void execution::on_failure(errc code, bool tell_others) {
   each_box([&](local_mailboxes& box) {
     box.discard_if(-1, [&](std::uint64_t tag) { return (tag & call_bits) == mine; });
   });
-  for (auto& s : state_) {
+  // A call that concluded (its output on its way back) gave state_ to the next call.
+  for (std::size_t i = 0; ws_ && i < state_.size(); ++i) {
+    step_state& s = state_[i];
     if (!s.request) continue;
     if (ep_->ep()) ep_->watched("fi_cancel", -1, [&] { return fi_cancel(&ep_->ep()->fid, &s.request->ctx); });
     ep_->orphan(s.request);
