@@ -145,14 +145,12 @@ inline void claim_rank(store& s, const std::string& prefix, int rank, std::chron
   const std::string key = prefix + "/" + std::to_string(rank);
   const std::int64_t claims = s.add(key + "/claims", 1);
   if (claims == 1) {
-    s.set(key, std::vector<std::byte>(reinterpret_cast<const std::byte*>(holder.data()),
-                                      reinterpret_cast<const std::byte*>(holder.data() + holder.size())));
+    s.set(key, bytes_of(holder));
     return;
   }
   std::string first = "a process that did not say who it is";
   try {
-    const auto bytes = s.get(key, timeout);
-    first.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    first = text_of(s.get(key, timeout));
   } catch (const error& e) {
     if (e.code() != errc::timeout) throw;
   }
@@ -292,10 +290,7 @@ inline identity join(store& s, const std::string& name, int size, std::chrono::m
   const std::string mine = std::string(host) + " " + boot;
   std::vector<std::vector<std::byte>> hosts;
   try {
-    hosts = all_gather(s, name + "/host", id.rank, size,
-                       std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
-                                              reinterpret_cast<const std::byte*>(mine.data() + mine.size())),
-                       timeout);
+    hosts = all_gather(s, name + "/host", id.rank, size, bytes_of(mine), timeout);
   } catch (const error& e) {
     if (e.code() != errc::timeout) throw;
     const std::int64_t came = std::min<std::int64_t>(s.add(name + "/ticket", 0), size);
@@ -305,8 +300,7 @@ inline identity join(store& s, const std::string& name, int size, std::chrono::m
   }
   id.local_size = 0;
   for (int r = 0; r < size; ++r) {
-    const std::string theirs(reinterpret_cast<const char*>(hosts[std::size_t(r)].data()), hosts[std::size_t(r)].size());
-    if (theirs != mine) continue;
+    if (text_of(hosts[std::size_t(r)]) != mine) continue;
     if (r == id.rank) id.local_rank = id.local_size;
     ++id.local_size;
   }

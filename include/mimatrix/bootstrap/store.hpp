@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
@@ -19,6 +20,15 @@ inline constexpr std::size_t max_value_bytes = std::size_t{16} << 20;
 
 /// The longest key a store takes: 4 KiB.
 inline constexpr std::size_t max_key_bytes = 4096;
+
+/// Text as a store's value (addresses, process marks, messages), and back.
+inline std::vector<std::byte> bytes_of(std::string_view text) {
+  const auto* first = reinterpret_cast<const std::byte*>(text.data());
+  return {first, first + text.size()};
+}
+inline std::string text_of(const std::vector<std::byte>& value) {
+  return {reinterpret_cast<const char*>(value.data()), value.size()};
+}
 
 /// A key-value store shared by the ranks of one job.
 ///

@@ -237,8 +237,7 @@ class tcp_store final : public store {
     const auto status = static_cast<detail::tcp_status>(reply[0]);
     reply.erase(reply.begin());
     if (status == detail::tcp_status::error)
-      throw error(errc::invalid_argument,
-                  "rendezvous store at " + where() + ": " + std::string(reinterpret_cast<const char*>(reply.data()), reply.size()));
+      throw error(errc::invalid_argument, "rendezvous store at " + where() + ": " + text_of(reply));
     return {status, std::move(reply)};
   }
 

@@ -211,7 +211,7 @@ inline std::string endpoint::ended_peers() const {
         try {
           const auto why = store_->get(prefix_ + "lost/" + std::to_string(r), std::chrono::milliseconds(0));
           lost_ += (lost_.empty() ? "rank " : "; rank ") + std::to_string(r) + " " +
-                   std::string(reinterpret_cast<const char*>(why.data()), why.size());
+                   bootstrap::text_of(why);
         } catch (const error&) {  // not this one
         }
       }

@@ -204,13 +204,11 @@ inline int next_instance_of(const std::string& name) {
 /// then saying only that it did not publish.
 inline std::function<std::string(int)> ended_or_lost(bootstrap::store& s, const std::string& prefix) {
   return [&s, prefix, self = bootstrap::detail::process_mark::self()](int r) -> std::string {
-    const auto text = [](const std::vector<std::byte>& bytes) {
-      return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    };
+    using bootstrap::text_of;
     try {
       const auto mark = bootstrap::detail::process_mark::decode(
-          text(s.get(prefix + "mark/" + std::to_string(r), std::chrono::milliseconds(0))));
-      if (!mark || !self.can_check(*mark)) return text(s.get(prefix + "lost/" + std::to_string(r), {}));
+          text_of(s.get(prefix + "mark/" + std::to_string(r), std::chrono::milliseconds(0))));
+      if (!mark || !self.can_check(*mark)) return text_of(s.get(prefix + "lost/" + std::to_string(r), {}));
       if (mark->ended()) return "(pid " + std::to_string(mark->pid) + " on this host) exited or was killed";
     } catch (const error&) {  // not published or not lost, or the store is gone: the deadline decides
     }
@@ -232,16 +230,12 @@ inline void endpoint::exchange_addresses() {
   // Before anything is published: a second process started with this RANK fails here.
   bootstrap::claim_rank(*store_, prefix_ + "claim", rank_, settings_.startup_timeout);
   const std::string me = bootstrap::detail::process_mark::self().encode();
-  store_->set(prefix_ + "mark/" + std::to_string(rank_),
-              std::vector<std::byte>(reinterpret_cast<const std::byte*>(me.data()),
-                                     reinterpret_cast<const std::byte*>(me.data() + me.size())));
+  store_->set(prefix_ + "mark/" + std::to_string(rank_), bootstrap::bytes_of(me));
   // Peers on other hosts cannot see this process: the store tells them. lost/any is a
   // counter's text ("1"), which calls and goodbyes read with add_within: bounded, as a
   // stopped rank 0 (the store's host) may not answer.
   const std::string lost = lost_text(store_->where());
-  store_->set_when_gone(prefix_ + "lost/" + std::to_string(rank_),
-                        std::vector<std::byte>(reinterpret_cast<const std::byte*>(lost.data()),
-                                               reinterpret_cast<const std::byte*>(lost.data() + lost.size())));
+  store_->set_when_gone(prefix_ + "lost/" + std::to_string(rank_), bootstrap::bytes_of(lost));
   store_->set_when_gone(prefix_ + "lost/any", {std::byte{'1'}});
   std::vector<std::byte> name(256);
   std::size_t len = name.size();
@@ -319,10 +313,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
   const std::string name = prefix_ + "split/" + std::to_string(splits_++);
   const std::string mine = std::to_string(color) + " " + std::to_string(key) + " " +
                            local_mailboxes::detect_host_identity();  // one line: hostname, boot and /dev/shm ids
-  const auto all = bootstrap::all_gather(*store_, name, rank_, size_,
-                                         std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
-                                                                reinterpret_cast<const std::byte*>(mine.data()) +
-                                                                    mine.size()),
+  const auto all = bootstrap::all_gather(*store_, name, rank_, size_, bootstrap::bytes_of(mine),
                                          settings_.startup_timeout, ended_or_lost(*store_, prefix_));
   const bool by_host = color == std::numeric_limits<int>::min();  // fabric::same_host
   if (color < 0 && !by_host) return std::nullopt;
@@ -333,8 +324,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
   };
   std::vector<member> members;
   for (int r = 0; r < size_; ++r) {
-    std::istringstream in(std::string(reinterpret_cast<const char*>(all[std::size_t(r)].data()),
-                                      all[std::size_t(r)].size()));
+    std::istringstream in(bootstrap::text_of(all[std::size_t(r)]));
     int c = 0, k = 0;
     std::string host;
     if (!(in >> c >> k) || !std::getline(in >> std::ws, host))

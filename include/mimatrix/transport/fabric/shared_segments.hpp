@@ -67,23 +67,23 @@ class host_segments {
                       std::chrono::milliseconds(0));
     };
     if (host_identity.empty()) host_identity = detect_host_identity();
-    const auto hosts = bootstrap::all_gather(store, prefix + "mailbox/host", rank, size, to_bytes(host_identity), timeout);
+    const auto hosts = bootstrap::all_gather(store, prefix + "mailbox/host", rank, size, bootstrap::bytes_of(host_identity), timeout);
     for (int r = 0; r < size; ++r) {
-      if (to_string(hosts[std::size_t(r)]) != host_identity) continue;
+      if (bootstrap::text_of(hosts[std::size_t(r)]) != host_identity) continue;
       local_index_[std::size_t(r)] = static_cast<int>(locals_.size());
       locals_.push_back(r);
     }
     if (locals_.size() < 2) return;  // nobody to share memory with
     try {
       create_own_segment(prefix);
-      store.set(prefix + "mailbox/segment/" + std::to_string(rank), to_bytes(own_name_));
+      store.set(prefix + "mailbox/segment/" + std::to_string(rank), bootstrap::bytes_of(own_name_));
       const std::size_t me = local_index(rank);
       outbound_.assign(locals_.size(), nullptr);
       for (std::size_t i = 0; i < locals_.size(); ++i) {
         if (i == me) continue;
         const int peer = locals_[i];
         // A name is published once its segment exists: waiting for it is the first barrier.
-        const auto name = to_string(store.get(prefix + "mailbox/segment/" + std::to_string(peer), left()));
+        const auto name = bootstrap::text_of(store.get(prefix + "mailbox/segment/" + std::to_string(peer), left()));
         segments_.push_back(map_segment(name, peer));
         outbound_[i] = region_at(segments_.back()->base, me);
       }
@@ -265,14 +265,6 @@ class host_segments {
     created_ = false;
   }
 
-  static std::vector<std::byte> to_bytes(const std::string& s) {
-    std::vector<std::byte> v(s.size());
-    if (!s.empty()) std::memcpy(v.data(), s.data(), s.size());
-    return v;
-  }
-  static std::string to_string(const std::vector<std::byte>& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size());
-  }
 
   int rank_, size_;
   std::size_t region_bytes_;
