@@ -56,6 +56,8 @@ class scripted final : public step_executor {
   }
 
   int polls_after_conclusion = 0;  // the transport gave its memory back in conclude()
+  std::string ended;                // what ended_peers() says
+  std::string ended_once_concluded;  // ... from conclude() on
 
   std::map<std::uint32_t, std::vector<std::int32_t>> inbox;  // by tag
   std::vector<std::pair<std::uint32_t, std::vector<std::int32_t>>> sent;  // (tag, data), in order
@@ -80,8 +82,12 @@ class scripted final : public step_executor {
     return posted::started;
   }
 
-  bool conclude() override { return concluded_ = true; }
+  bool conclude() override {
+    if (!ended_once_concluded.empty()) ended = ended_once_concluded;
+    return concluded_ = true;
+  }
   void stalled(int) override { polls_after_conclusion += concluded_; }
+  std::string ended_peers() const override { return ended; }
 
   bool poll() override {
     polls_after_conclusion += concluded_;
@@ -216,6 +222,36 @@ TEST(step_executor, a_concluded_call_whose_output_is_on_its_way_back_is_not_poll
   }
   dev.synchronize(s.handle);
   EXPECT_EQ(out, in);
+  dev.free_stream(s.handle);
+}
+
+// Done with its peers, a call whose output's way back outlasts its deadline times out
+// saying so; a peer that ends meanwhile is none of its business. Each device operation
+// waits 400 ms: the input's two reach the host at about 800 ms, the deadline is at 1 s,
+// and the output's one is back at about 1.2 s.
+TEST(step_executor, a_concluded_call_held_by_its_output_s_way_back_times_out_saying_so) {
+  auto b = builder_for();
+  b.copy({buffer::input, 0, bytes}, {buffer::output, 0, bytes});
+  const auto plan = build(b);
+  transport::progress_engine engine(std::make_unique<yielding_port>());
+  device::host_port dev({.lag = 400ms});
+  device::rank_streams resources;
+  const device::stream s{&dev, dev.make_stream()};
+  std::vector<std::int32_t> in{1, 2, 3, 4}, out(count);
+  {
+    scripted call(engine, plan, reinterpret_cast<const std::byte*>(in.data()),
+                  reinterpret_cast<std::byte*>(out.data()), 1s);
+    call.ended_once_concluded = "rank 1 (pid 4242) exited or was killed";
+    call.stage(s, resources);
+    call.begin();
+    std::error_code ec;
+    call.wait(ec);
+    EXPECT_EQ(ec, errc::timeout) << call.message();
+    EXPECT_NE(call.message().find("with every step done, waiting for its output's way back to the device"),
+              std::string::npos)
+        << call.message();
+  }
+  dev.synchronize(s.handle);
   dev.free_stream(s.handle);
 }
 

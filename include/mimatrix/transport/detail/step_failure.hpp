@@ -66,7 +66,8 @@ inline void step_executor::check_time() {
     book_->clock.probe_at = book_->clock.deadline - 2 * probe_grace(timeout_);
     book_->clock.ended_check_at = now + ended_check_interval;
   }
-  if (now >= book_->clock.ended_check_at) {
+  // A concluded call is done with its peers: only its output's way back can keep it.
+  if (now >= book_->clock.ended_check_at && !concluded_) {
     book_->clock.ended_check_at = now + ended_check_interval;
     if (const std::string gone = ended_peers(); !gone.empty()) {
       while (advance()) {  // what it sent before it exited may still be queued
@@ -75,7 +76,7 @@ inline void step_executor::check_time() {
       return fail(errc::peer_lost, describe(stuck_context(), gone + "; this rank was " + stuck_reason()));
     }
   }
-  if (probes() && !book_->clock.probed && now >= book_->clock.probe_at) {
+  if (probes() && !concluded_ && !book_->clock.probed && now >= book_->clock.probe_at) {
     book_->clock.probed = true;
     const std::vector<int> silent = silent_peers(probe_grace(timeout_));
     while (advance()) {  // the probe progressed the transport: the call may be done
@@ -136,9 +137,10 @@ inline std::string step_executor::stuck_reason() const {
   std::string why;
   const std::int64_t at = stuck_step();
   if (at < 0) {
-    why = completed_ == plan_->steps.size() ? "with every step done, waiting for the other ranks to end the call"
-                                            : "with " + std::to_string(plan_->steps.size() - completed_) +
-                                                  " steps left";
+    why = concluded_ ? "with every step done, waiting for its output's way back to the device"
+          : completed_ == plan_->steps.size()
+              ? "with every step done, waiting for the other ranks to end the call"
+              : "with " + std::to_string(plan_->steps.size() - completed_) + " steps left";
   } else {
     const auto id = static_cast<schedule::step_id>(at);
     const schedule::step& st = step_at(id);
