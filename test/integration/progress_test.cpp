@@ -1,15 +1,21 @@
 // Progress across calls over libfabric (shm, tcp): calls waited in opposite orders on
 // different ranks, 64 calls of mixed collectives in flight (GDRAA's one-sided calls among
 // them) waited in reverse and random order, and a progress thread that finishes calls
-// the caller never waits for. Each runs with progress by the caller and by a thread.
+// the caller never waits for. Each runs with progress by the caller and by a thread. A
+// progress thread goes on while its caller waits on the store.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "mimatrix/bootstrap/rendezvous.hpp"
+#include "mimatrix/collectives.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "multi_process.hpp"
 #include "support/progress_checks.hpp"
@@ -45,6 +51,34 @@ MIMATRIX_SCENARIO(without_waiting) {
                  test::finishes_without_waiting(comm, std::chrono::seconds(15)) ? 0 : 1);
 }
 
+// Rank 0's caller waits on the store (a framework's own key, a split) while its call,
+// driven by the progress thread, waits for rank 1, on another host. The call's stall check
+// asked the store for lost peers under the engine's lock: it queued behind the caller's get,
+// rank 0's progress stopped, rank 1's call could not end, and it never set the key.
+MIMATRIX_SCENARIO(store_busy_while_a_call_waits) {
+  using namespace std::chrono_literals;
+  const auto id = bootstrap::identity_from_environment();
+  const std::shared_ptr<bootstrap::store> store = bootstrap::open_store(id, 30s);
+  communicator<fabric> comm(id, store);
+  comm.set_timeout(10s);
+  comm.set_progress(progress_mode::thread);
+  collectives<fabric> coll(comm);
+  const int r = comm.rank(), p = comm.size();
+  std::vector<std::int64_t> data(200'000, r + 1);
+  if (r == 0) {
+    auto pending = coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum);
+    store->get("test/rank 1 ended its call", 15s);
+    pending.wait();
+  } else {
+    std::this_thread::sleep_for(500ms);  // rank 0's call stalls meanwhile
+    coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum).wait();
+    store->set("test/rank 1 ended its call", bootstrap::bytes_of("1"));
+  }
+  int wrong = 0;
+  for (std::int64_t v : data) wrong += v != std::int64_t(p) * (p + 1) / 2;
+  return verdict("store_busy_while_a_call_waits", r, wrong);
+}
+
 struct case_of {
   std::string provider;
   std::string progress;  // MIMATRIX_PROGRESS
@@ -78,6 +112,16 @@ std::vector<case_of> cases() {
 INSTANTIATE_TEST_SUITE_P(over, progress_over_fabric, ::testing::ValuesIn(cases()), [](const auto& info) {
   return test::provider_label(info.param.provider) + "_" + info.param.progress;
 });
+
+TEST(progress_thread_over_fabric, goes_on_while_the_caller_waits_on_the_store) {
+  const auto r = test::run_ranks(2, "tcp;ofi_rxm", "store_busy_while_a_call_waits", {}, std::chrono::seconds(60),
+                                 /*hosts=*/2);
+  ASSERT_FALSE(r.timed_out) << test::all_output(r);
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(r.output[std::size_t(rank)].find("PASS store_busy_while_a_call_waits"), std::string::npos)
+        << test::all_output(r);
+}
 
 TEST(progress_thread_over_fabric, finishes_calls_nobody_waits_for) {
   for (const auto& provider : test::test_providers()) {

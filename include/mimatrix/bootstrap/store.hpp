@@ -33,7 +33,9 @@ inline std::string text_of(const std::vector<std::byte>& value) {
 /// A key-value store shared by the ranks of one job.
 ///
 /// @par Thread Safety
-/// One thread at a time per store object; many processes may share the store behind it.
+/// Implementations take requests from several threads at once (a fabric communicator asks
+/// about lost peers from a thread of its own beside the caller's requests), serialized as
+/// they like; many processes may share the store behind it.
 class store {
  public:
   virtual ~store() = default;

@@ -35,6 +35,7 @@
 #include "mimatrix/transport/fabric/call.hpp"
 #include "mimatrix/transport/fabric/call_records.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
+#include "mimatrix/transport/fabric/lost_watch.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
 #include "mimatrix/transport/fabric/progress_port.hpp"
 #include "mimatrix/transport/fabric/provider_watch.hpp"
@@ -439,8 +440,7 @@ class endpoint {
   std::string provider_, prefix_;
   bootstrap::identity identity_;
   int splits_ = 0;  // split() calls so far: every rank makes them in the same order
-  mutable std::string lost_;  // peers on other hosts gone without a word (the store's lost/<r>)
-  mutable clock::time_point lost_look_{};  // when ended_peers() next asks the store
+  mutable std::unique_ptr<lost_watch> lost_;  // peers on other hosts gone without a word
   std::shared_ptr<shared_fate> fate_;
   std::vector<std::weak_ptr<endpoint>> parts_;  // abort_with()
   fi_info* info_ = nullptr;

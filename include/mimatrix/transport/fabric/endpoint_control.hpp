@@ -195,31 +195,19 @@ inline std::vector<std::string> endpoint::local_peers(process_status state, cons
 
 // A peer on another host cannot be seen from here; the store tells, once its connection
 // ended without a word (lost/any, then lost/<r>: endpoint_setup.hpp). Asked only where some
-// peer cannot be seen, at most every quarter second (stalled calls ask every 100 ms, and
-// rank 0 serves every rank's asking), each time for 100 ms at most; never again once the
-// store did not answer in time (a stopped rank 0: the liveness probe names it).
+// peer cannot be seen, by a thread of its own (lost_watch.hpp), at most every quarter second
+// (stalled calls ask every 100 ms, and rank 0 serves every rank's asking), each time for
+// 100 ms at most; never again once the store did not answer in time (a stopped rank 0: the
+// liveness probe names it).
 inline std::string endpoint::ended_peers() const {
   std::string gone = joined(local_peers(process_status::ended));
   if (!gone.empty()) gone += " exited or was killed (no such process on this host now)";
   const bool unseen = local_processes_.size() + 1 < std::size_t(size_);
-  if (unseen && lost_.empty() && store_ && !prefix_.empty() && clock::now() >= lost_look_) {
-    lost_look_ = clock::now() + std::chrono::milliseconds(250);
-    try {
-      if (store_->add_within(prefix_ + "lost/any", 0, std::chrono::milliseconds(100)) == 0) return gone;
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_) continue;
-        try {
-          const auto why = store_->get(prefix_ + "lost/" + std::to_string(r), std::chrono::milliseconds(0));
-          lost_ += (lost_.empty() ? "rank " : "; rank ") + std::to_string(r) + " " +
-                   bootstrap::text_of(why);
-        } catch (const error&) {  // not this one
-        }
-      }
-    } catch (const error&) {  // the store is gone or frozen: the deadline and probes decide
-      lost_look_ = clock::time_point::max();
-    }
-  }
-  return gone.empty() ? lost_ : lost_.empty() ? gone : gone + "; " + lost_;
+  if (!unseen || !store_ || prefix_.empty()) return gone;
+  // Not under the engine's lock: a caller's blocking get on the store would hold it up.
+  if (!lost_) lost_ = std::make_unique<lost_watch>(store_, prefix_, rank_, size_);
+  const std::string lost = lost_->look();
+  return gone.empty() ? lost : lost.empty() ? gone : gone + "; " + lost;
 }
 
 inline void endpoint::ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed, std::uint64_t agreement) {
