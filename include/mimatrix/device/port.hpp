@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
@@ -62,6 +63,9 @@ struct network_memory {
 /// runtime allows.
 class port {
  public:
+  port() = default;
+  port(const port&) : port() {}  // a copy is a port of its own, with its own lifetime()
+  port& operator=(const port&) { return *this; }
   virtual ~port() = default;
   virtual std::string_view name() const = 0;
 
@@ -138,6 +142,14 @@ class port {
   /// CUDA: a copy from pageable memory would block the thread that queues it).
   virtual void* allocate_host(std::size_t bytes) { return ::operator new(bytes); }
   virtual void free_host(void* p, std::size_t /*bytes*/) noexcept { ::operator delete(p); }
+
+  /// Expires when this port is destroyed. A port may end before the communicators that ran
+  /// calls on it, once those calls have ended: what they keep of it (rank_streams' streams
+  /// and buffers, which its end freed) is then let go of without calling it.
+  std::weak_ptr<const void> lifetime() const { return alive_; }
+
+ private:
+  std::shared_ptr<const void> alive_ = std::make_shared<char>();
 };
 
 inline void port::reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts, std::size_t ndst,

@@ -41,7 +41,10 @@ class pooled_buffer {
     memory_kind kind = memory_kind::host;
     std::byte* data = nullptr;
     std::size_t size = 0;
+    std::weak_ptr<const void> alive = owner ? owner->lifetime() : std::weak_ptr<const void>();
+    bool of(const port& p) const { return owner == &p && !alive.expired(); }  // not a port gone before it
     void free() const noexcept {
+      if (alive.expired()) return;  // its port freed it as it went
       if (kind == memory_kind::host)
         owner->free_host(data, size);
       else
@@ -117,57 +120,67 @@ class pooled_stream {
   }
   ~pooled_stream();
 
-  stream_handle get() const { return handle_; }
+  stream_handle get() const { return k_.handle; }
 
  private:
   friend class rank_streams;
   struct pool;
-  pooled_stream(std::shared_ptr<pool> from, port* owner, stream_handle s)
-      : from_(std::move(from)), owner_(owner), handle_(s) {}
+  /// A stream and its port, freed unless the port has gone (its end freed it).
+  struct kept {
+    port* owner = nullptr;
+    stream_handle handle = nullptr;
+    std::weak_ptr<const void> alive = owner ? owner->lifetime() : std::weak_ptr<const void>();
+    bool of(const port& p) const { return owner == &p && !alive.expired(); }
+    void free() const noexcept {
+      if (!alive.expired()) owner->free_stream(handle);
+    }
+  };
+  pooled_stream(std::shared_ptr<pool> from, kept k) : from_(std::move(from)), k_(std::move(k)) {}
   void swap(pooled_stream& o) noexcept {
     std::swap(from_, o.from_);
-    std::swap(owner_, o.owner_);
-    std::swap(handle_, o.handle_);
+    std::swap(k_, o.k_);
   }
 
   std::shared_ptr<pool> from_;
-  port* owner_ = nullptr;
-  stream_handle handle_ = nullptr;
+  kept k_;
 };
 
 /// Streams given back, kept for the next calls (as many as ran at once).
 struct pooled_stream::pool {
   std::mutex mutex;
-  std::vector<std::pair<port*, stream_handle>> free;
+  std::vector<kept> free;
   bool closed = false;
 
-  void give_back(port* owner, stream_handle s) noexcept {
+  void give_back(const kept& k) noexcept {
     {
       std::lock_guard lock(mutex);
       if (!closed) {
-        free.emplace_back(owner, s);
-        return;
+        try {
+          free.push_back(k);
+          return;
+        } catch (...) {  // no memory for the entry: free the stream instead
+        }
       }
     }
-    owner->free_stream(s);
+    k.free();
   }
   void close() noexcept {
-    std::vector<std::pair<port*, stream_handle>> left;
+    std::vector<kept> left;
     {
       std::lock_guard lock(mutex);
       closed = true;
       left.swap(free);
     }
-    for (const auto& [owner, s] : left) owner->free_stream(s);
+    for (const kept& k : left) k.free();
   }
 };
 
 inline pooled_stream::~pooled_stream() {
-  if (!handle_) return;
+  if (!k_.handle) return;
   if (from_)
-    from_->give_back(owner_, handle_);
+    from_->give_back(k_);
   else
-    owner_->free_stream(handle_);
+    k_.free();
 }
 
 /// @par Thread Safety
@@ -237,14 +250,14 @@ class rank_streams {
       std::lock_guard lock(streams_->mutex);
       auto& free = streams_->free;
       for (std::size_t k = 0; k < free.size(); ++k)
-        if (free[k].first == &p) {
-          const stream_handle s = free[k].second;
+        if (free[k].of(p)) {
+          pooled_stream::kept s = std::move(free[k]);
           free.erase(free.begin() + std::ptrdiff_t(k));
-          return pooled_stream(streams_, &p, s);
+          return pooled_stream(streams_, std::move(s));
         }
     }
     if (pool_only_ == this) throw shortfall{&p, true};
-    return pooled_stream(streams_, &p, p.make_stream());
+    return pooled_stream(streams_, {&p, p.make_stream()});
   }
 
   /// Host memory of `p` of at least `bytes`: the smallest kept buffer that is large enough,
@@ -275,7 +288,7 @@ class rank_streams {
   /// Makes what a call lacked and keeps it in the pool for the call's next try.
   void grow(const shortfall& s) {
     if (s.stream) {
-      const pooled_stream made(streams_, s.owner, s.owner->make_stream());  // kept as it goes
+      const pooled_stream made(streams_, {s.owner, s.owner->make_stream()});  // kept as it goes
       return;
     }
     void* data = s.kind == memory_kind::host ? s.owner->allocate_host(s.bytes) : s.owner->allocate_device(s.bytes);
@@ -288,7 +301,7 @@ class rank_streams {
       auto& free = pool_->free;
       std::size_t best = free.size();  // the smallest that is large enough: large ones stay for large calls
       for (std::size_t k = 0; k < free.size(); ++k)
-        if (free[k].owner == &p && free[k].kind == kind && free[k].size >= bytes &&
+        if (free[k].of(p) && free[k].kind == kind && free[k].size >= bytes &&
             (best == free.size() || free[k].size < free[best].size))
           best = k;
       if (best < free.size()) {
