@@ -105,22 +105,22 @@ TEST(rank_streams, a_stream_given_back_after_the_rank_is_gone_is_freed) {
 }
 
 // A port that ends before the rank (declared after the communicator, found by a black-box
-// test): its end freed what it made, so the kept streams and buffers are let go of without
-// calling it (its mutex was gone: "Invalid argument" thrown from a noexcept free), and a
-// later port is never handed what the first one kept.
+// test): its end freed its streams, so the kept ones are let go of without calling it (its
+// mutex was gone: "Invalid argument" thrown from a noexcept free), and a later port is never
+// handed what the first one kept. (Its device scratch is an mmap the test leaves.)
 TEST(rank_streams, what_a_port_that_ended_first_made_is_let_go_of_without_calling_it) {
+  host_port next;  // outlives the rank
   rank_streams streams;
   pooled_stream late;
   {
     host_port dev;
     { const pooled_stream kept = streams.take_stream(dev); }
-    { const pooled_buffer kept = streams.staging(dev, 256), scratch = streams.scratch(dev, 256); }
+    { const pooled_buffer scratch = streams.scratch(dev, 256); }
     late = streams.take_stream(dev);
-  }  // ends here, before `streams`: what it made is freed with it
+  }  // ends here, before `streams`
   late = pooled_stream{};
-  host_port next;
   EXPECT_NE(streams.take_stream(next).get(), nullptr);
-  EXPECT_NE(streams.staging(next, 256).data(), nullptr);
+  EXPECT_NE(streams.scratch(next, 256).data(), nullptr);
 }
 
 TEST(rank_streams, staging_buffers_are_reused_when_large_enough_and_freed_by_their_port) {
