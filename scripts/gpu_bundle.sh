@@ -5,9 +5,9 @@
 # need that such a machine lacks (libfabric, which ranks open by name, and its providers'
 # libraries; it has CUDA, cuDNN and cuBLAS of its own). OUT/run.sh runs them all and writes
 # results/ under the device tool's $OUT (so that they come back), else beside itself.
-# Build first with nvcc found and MIMATRIX_CUDA_BENCHMARKS=ON (the default outside the
+# Build first with nvcc found and MIMATRIX_GPU_PROGRAMS=ON (the default outside the
 # quick test tier):
-#   cmake --preset default -DMIMATRIX_CUDA_BENCHMARKS=ON && cmake --build build/default
+#   cmake --preset default -DMIMATRIX_GPU_PROGRAMS=ON && cmake --build build/default
 #   scripts/gpu_bundle.sh && (device tool) carry build/gpu, run: bash build/gpu/run.sh
 #   (timeout_s 600); the results come back under the tool's files_at/results.
 set -euo pipefail
@@ -34,7 +34,7 @@ for b in "${binaries[@]}"; do
   [ -x "$build/$b" ] || { echo "gpu_bundle: $build/$b is not built" >&2; exit 1; }
 done
 nm -C "$build/benchmark/perf/allreduce_perf" | grep -c 'cuda_port::instance' > /dev/null ||
-  { echo "gpu_bundle: allreduce_perf has no -G cuda (configure with MIMATRIX_CUDA_BENCHMARKS=ON)" >&2; exit 1; }
+  { echo "gpu_bundle: allreduce_perf has no -G cuda (configure with MIMATRIX_GPU_PROGRAMS=ON)" >&2; exit 1; }
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

@@ -110,7 +110,7 @@ for preset in "${presets[@]}"; do
   # a folder's one unit would compile all of that folder's tests.
   unity=ON
   [[ $preset == clang && $long == OFF ]] && unity=OFF
-  cmake --preset "$preset" -DMIMATRIX_LONG_TESTS=$long -DMIMATRIX_CUDA_BENCHMARKS=$long -DMIMATRIX_TEST_UNITY=$unity
+  cmake --preset "$preset" -DMIMATRIX_LONG_TESTS=$long -DMIMATRIX_GPU_PROGRAMS=$long -DMIMATRIX_TEST_UNITY=$unity
 
   # The clang build proves that users' other compiler takes every header (each on its
   # own), the examples, and the tests that instantiate every collective, transport and

@@ -179,7 +179,7 @@ device::port* device_port(const std::string& name) {
     return &host;
   }
   if (device::port* cuda = cuda_device_port()) return cuda;
-  std::fprintf(stderr, "-G cuda: these programs were built without CUDA (no nvcc, or MIMATRIX_CUDA_BENCHMARKS=OFF)\n");
+  std::fprintf(stderr, "-G cuda: these programs were built without CUDA (no nvcc, or MIMATRIX_GPU_PROGRAMS=OFF)\n");
   std::exit(2);
 }
 

@@ -27,7 +27,10 @@ inline void endpoint::say_goodbye() noexcept {
   try {
     // Every store request is bounded by what is left: a frozen rank 0 (its store's host)
     // must not hold the others past the limit.
-    const bool failed = any_failure() || aborted_ || !ended_peers().empty();
+    // What the lost-peer watch read, if a stalled call started one: starting it here would
+    // cost a thread and a store read at every end (the loop below reads lost/any itself).
+    const bool failed = any_failure() || aborted_ || !local_peers(process_status::ended).empty() ||
+                        (lost_ && !lost_->look().empty());
     const auto limit = failed ? goodbye_after_failure : settings_.startup_timeout;
     const auto until = clock::now() + limit;
     const auto left = [&] {
