@@ -25,7 +25,14 @@ grep -q "cannot create" "$dir/log" || fail "unwritable checkpoint: no message"
 for sig in TERM:143 INT:130; do
   timeout 60 "$train" --threads 1 --no-eval --epochs 1 --steps 14000 --batch 4 >"$dir/log" 2>&1 &
   pid=$!
-  sleep 3
+  # Once resnet_train (timeout's child) has its handlers in (SigCgt holds INT and TERM),
+  # not after a guessed 3 s; timeout passes the signal on.
+  for _ in $(seq 200); do
+    child=$(cat "/proc/$pid/task/$pid/children" 2>/dev/null)
+    mask=$(awk '/^SigCgt:/ {print $2}' "/proc/${child%% *}/status" 2>/dev/null)
+    [[ -n $mask ]] && (((16#$mask & 0x4002) == 0x4002)) && break
+    sleep 0.05
+  done
   kill -"${sig%:*}" "$pid"
   wait "$pid"
   rc=$?
