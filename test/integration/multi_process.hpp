@@ -59,6 +59,16 @@ inline std::string provider_label(std::string p) {
   return p;
 }
 
+/// The ranks' glibc tunables: the caller's, with malloc's large blocks on transparent huge
+/// pages. Over tcp;ofi_rxm an endpoint's opening writes ~80 MiB of rxm's bounce-buffer
+/// pools: 4 KiB pages fault for ~0.4 s a rank, 2 MiB pages for ~20 ms, about half a tcp
+/// test's time (docs/transports.md). A value the caller gave for it is kept.
+inline std::string with_huge_pages(const char* tunables) {
+  const std::string given = tunables ? tunables : "";
+  if (given.find("glibc.malloc.hugetlb") != std::string::npos) return given;
+  return given.empty() ? "glibc.malloc.hugetlb=1" : given + ":glibc.malloc.hugetlb=1";
+}
+
 /// Runs `scenario` on `ranks` processes over `provider`, with `env` added; with `hosts`,
 /// as that many hosts emulated on this machine (bootstrap::launch_options::hosts).
 inline bootstrap::launch_result run_ranks(int ranks, const std::string& provider, const std::string& name,
@@ -72,10 +82,10 @@ inline bootstrap::launch_result run_ranks(int ranks, const std::string& provider
   o.env = std::move(env);
   o.env.emplace_back("MIMATRIX_TEST_SCENARIO", name);
   o.env.emplace_back("MIMATRIX_PROVIDER", provider);
+  o.env.emplace_back("GLIBC_TUNABLES", with_huge_pages(std::getenv("GLIBC_TUNABLES")));
 #ifdef MIMATRIX_TEST_SANITIZER_SUBSET
-  // rxm's bounce-buffer pools, a quarter the size: an endpoint's opening writes ~80 MiB,
-  // about half a sanitized tcp test's time (docs/transports.md). Messages of 4 to 16 KiB
-  // then go by rendezvous, not eagerly (the default build keeps both sizes).
+  // A sanitizer's allocator takes no huge pages: rxm's pools, a quarter the size. Messages
+  // of 4 to 16 KiB then go by rendezvous, not eagerly (the default build keeps both sizes).
   if (!std::getenv("FI_OFI_RXM_BUFFER_SIZE")) o.env.emplace_back("FI_OFI_RXM_BUFFER_SIZE", "4096");
 #endif
 #ifdef MIMATRIX_LSAN_SUPPRESSIONS

@@ -128,6 +128,9 @@ class device_steps {
     return any;
   }
 
+  /// Whether work queued on the rank's stream has not yet run (as far as poll() saw).
+  bool working() const { return !pending_.empty(); }
+
   /// Whether everything queued has run: steps completed early (their successors being
   /// queued behind them) leave no action, so a last one marks the end of the call's work.
   bool settled() {

@@ -222,6 +222,8 @@ class step_executor : public execution {
   std::uint32_t flags(std::uint32_t tag) const { return tag < book_->flags.size() ? book_->flags[tag] : 0; }
   /// The step a stuck call waits on: a receive or wait before a send; none: -1.
   std::int64_t stuck_step() const;
+  /// Every step done, only work queued on the rank's stream left: no peer holds the call.
+  bool device_work_only() const { return completed_ == plan_->steps.size() && device_ && device_->working(); }
   void check_time();
 
   // What every round reads comes first, together (with execution's and mem_, two cache
@@ -470,13 +472,6 @@ inline void step_executor::complete(schedule::step_id id) {
   ++completed_;
   if (staging_) staging_->written(plan_->steps[id]);
   schedule::release_successors(*plan_, id, book_->pending, book_->ready);
-}
-
-inline void step_executor::arrive(schedule::step_id id, const std::byte* data) {
-  if (book_->steps[id].ready)
-    consume(id, data);
-  else
-    book_->steps[id].arrived = true;
 }
 
 inline void step_executor::raise_flag(std::uint32_t tag, int writer) {

@@ -66,8 +66,12 @@ inline void step_executor::check_time() {
     book_->clock.probe_at = book_->clock.deadline - 2 * probe_grace(timeout_);
     book_->clock.ended_check_at = now + ended_check_interval;
   }
-  // A concluded call is done with its peers: only its output's way back can keep it.
-  if (now >= book_->clock.ended_check_at && !concluded_) {
+  // A concluded call is done with its peers: only its output's way back can keep it. So
+  // is one whose steps are all done with only its own stream work left (its reads of
+  // peers' memory among it: their senders wait for this rank's word after them). A peer
+  // that ends or falls silent then fails nothing; the deadline still bounds the wait.
+  const bool peers_matter = !concluded_ && !device_work_only();
+  if (now >= book_->clock.ended_check_at && peers_matter) {
     book_->clock.ended_check_at = now + ended_check_interval;
     if (const std::string gone = ended_peers(); !gone.empty()) {
       while (advance()) {  // what it sent before it exited may still be queued
@@ -76,7 +80,7 @@ inline void step_executor::check_time() {
       return fail(errc::peer_lost, describe(stuck_context(), gone + "; this rank was " + stuck_reason()));
     }
   }
-  if (probes() && !concluded_ && !book_->clock.probed && now >= book_->clock.probe_at) {
+  if (probes() && peers_matter && !book_->clock.probed && now >= book_->clock.probe_at) {
     book_->clock.probed = true;
     const std::vector<int> silent = silent_peers(probe_grace(timeout_));
     while (advance()) {  // the probe progressed the transport: the call may be done
@@ -138,6 +142,7 @@ inline std::string step_executor::stuck_reason() const {
   const std::int64_t at = stuck_step();
   if (at < 0) {
     why = concluded_ ? "with every step done, waiting for its output's way back to the device"
+          : device_work_only() ? "with every step done, waiting for its work on the device to run"
           : completed_ == plan_->steps.size()
               ? "with every step done, waiting for the other ranks to end the call"
               : "with " + std::to_string(plan_->steps.size() - completed_) + " steps left";

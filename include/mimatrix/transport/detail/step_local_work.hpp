@@ -12,6 +12,13 @@
 
 namespace mimatrix::transport {
 
+inline void step_executor::arrive(schedule::step_id id, const std::byte* data) {
+  if (book_->steps[id].ready)
+    consume(id, data);
+  else
+    book_->steps[id].arrived = true;
+}
+
 inline bool step_executor::run_local(schedule::step_id id) {
   if (!device_) {
     run_local_step(kernels_, step_at(id), mem_, plan_->desc.size);
