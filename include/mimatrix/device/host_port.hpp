@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/device/host_blocks.hpp"
 #include "mimatrix/device/import_table.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
@@ -65,7 +66,8 @@ class host_port final : public port {
   host_port(const host_port&) = delete;
   host_port& operator=(const host_port&) = delete;
   /// Frees the streams not freed yet, running what they hold first, then unmaps the
-  /// imported blocks and the freed blocks' addresses.
+  /// imported blocks and the freed blocks' addresses, and frees the blocks still allocated
+  /// (what a communicator that outlives the port kept of it: port::lifetime()).
   ~host_port() override {
     while (true) {
       queue* left = nullptr;
@@ -76,9 +78,15 @@ class host_port final : public port {
       }
       free_stream(left);
     }
-    for (const auto& block : imports_.take_all()) ::munmap(block.at, mapped_bytes(block.bytes));
+    for (const auto& block : imports_.take_all()) ::munmap(block.at, host_blocks::mapped_bytes(block.bytes));
     for (const auto& old : retired_) ::munmap(old.at, old.bytes);
     for (const auto& [bytes, at] : freed_) ::munmap(at, bytes);
+    for (const auto& [at, b] : device_memory_)
+      if (!b.imported) {
+        ::munmap(const_cast<void*>(at), host_blocks::mapped_bytes(b.bytes));
+        ::close(b.fd);
+      }
+    for (void* p : host_memory_) port::free_host(p, 0);
   }
 
   std::string_view name() const override { return "host"; }
@@ -205,23 +213,23 @@ class host_port final : public port {
   void* allocate_device(std::size_t bytes) override {
     wait_for_device("device", bytes);
     const std::uint64_t id = next_block_id_.fetch_add(1);
-    const int fd = ::memfd_create(block_name(::getpid(), id).c_str(), MFD_CLOEXEC);
-    if (fd < 0) throw allocation_error("memfd_create", bytes);
+    const int fd = ::memfd_create(host_blocks::block_name(::getpid(), id).c_str(), MFD_CLOEXEC);
+    if (fd < 0) throw host_blocks::allocation_error("memfd_create", bytes);
     std::unique_lock lock(mutex_);
     void* at = nullptr;  // a freed block's address of this size, kept reserved
-    if (auto it = freed_.find(mapped_bytes(bytes)); it != freed_.end()) {
+    if (auto it = freed_.find(host_blocks::mapped_bytes(bytes)); it != freed_.end()) {
       at = it->second;
       freed_.erase(it);
     }
     lock.unlock();
     void* p = MAP_FAILED;
-    if (::ftruncate(fd, off_t(mapped_bytes(bytes))) == 0)
-      p = ::mmap(at, mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
+    if (::ftruncate(fd, off_t(host_blocks::mapped_bytes(bytes))) == 0)
+      p = ::mmap(at, host_blocks::mapped_bytes(bytes), PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
     if (p == MAP_FAILED) {
-      const error failure = allocation_error("ftruncate and mmap", bytes);
+      const error failure = host_blocks::allocation_error("ftruncate and mmap", bytes);
       ::close(fd);
       lock.lock();
-      if (at) freed_.emplace(mapped_bytes(bytes), at);
+      if (at) freed_.emplace(host_blocks::mapped_bytes(bytes), at);
       throw failure;
     }
     lock.lock();
@@ -239,7 +247,7 @@ class host_port final : public port {
     }
     // The address stays reserved for the next block of this size; a peer that still
     // maps the block keeps its memory.
-    const std::size_t bytes = mapped_bytes(freed.bytes);
+    const std::size_t bytes = host_blocks::mapped_bytes(freed.bytes);
     const bool kept = ::mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == p;
     ::close(freed.fd);
     if (!kept) return void(::munmap(p, bytes));
@@ -248,7 +256,17 @@ class host_port final : public port {
   }
   void* allocate_host(std::size_t bytes) override {
     wait_for_device("host", bytes);
-    return port::allocate_host(bytes);
+    void* p = port::allocate_host(bytes);
+    std::lock_guard lock(mutex_);
+    host_memory_.insert(p);
+    return p;
+  }
+  void free_host(void* p, std::size_t bytes) noexcept override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!host_memory_.erase(p)) return;
+    }
+    port::free_host(p, bytes);
   }
   /// Whether [p, p + bytes) lies in one allocate_device block or one imported block.
   bool on_device(const void* p, std::size_t bytes) const {
@@ -274,7 +292,7 @@ class host_port final : public port {
                                               ": only memory from allocate_device can be shared with other processes");
     offset = std::size_t(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(it->first));
     const block& b = it->second;
-    const handle_fields fields{handle_magic, std::int64_t(b.owner), b.fd, b.id, b.bytes};
+    const host_blocks::handle_fields fields{host_blocks::handle_magic, std::int64_t(b.owner), b.fd, b.id, b.bytes};
     shared_memory out{{}, b.origin, b.origin_base, b.bytes};
     std::memcpy(out.handle.data(), &fields, sizeof fields);
     return out;
@@ -282,25 +300,25 @@ class host_port final : public port {
   /// Maps the block through its owner's /proc/<pid>/fd, once: later calls return the
   /// same address. Unmaps the owner's blocks it overlaps (freed there).
   std::byte* import_memory(const shared_memory& handle) override {
-    handle_fields fields;
+    host_blocks::handle_fields fields;
     std::memcpy(&fields, handle.handle.data(), sizeof fields);
-    if (fields.magic != handle_magic)
+    if (fields.magic != host_blocks::handle_magic)
       throw error(errc::invalid_argument,
                   "device::host_port: import_memory was given a handle not made by a host_port's export_memory");
     {
       std::lock_guard lock(mutex_);
       if (std::byte* at = imports_.find(handle)) return at;
     }
-    auto* at = static_cast<std::byte*>(map_peer_block(fields));
+    auto* at = static_cast<std::byte*>(host_blocks::map_peer_block(fields));
     std::lock_guard lock(mutex_);
     if (std::byte* first = imports_.find(handle)) {  // another thread mapped it first
-      ::munmap(at, mapped_bytes(fields.bytes));
+      ::munmap(at, host_blocks::mapped_bytes(fields.bytes));
       return first;
     }
     for (const auto& old : imports_.add(handle, at)) {
       device_memory_.erase(old.at);
       // Unmapped once the work queued so far has run: a failed call's reads of it too.
-      retired_.push_back({old.at, mapped_bytes(old.bytes), {}});
+      retired_.push_back({old.at, host_blocks::mapped_bytes(old.bytes), {}});
       for (queue* q : streams_) retired_.back().after.push_back({q, q->serial, q->queued});
     }
     std::erase_if(retired_, [&](const retired& old) {
@@ -375,14 +393,6 @@ class host_port final : public port {
     bool imported = false;
     std::uint64_t origin = 0, origin_base = 0;  // shared_memory's owner and base
   };
-  /// What shared_memory::handle holds for a host_port.
-  struct handle_fields {
-    std::uint64_t magic;
-    std::int64_t owner, fd;
-    std::uint64_t id, bytes;
-  };
-  static_assert(sizeof(handle_fields) <= sizeof(shared_memory::handle));
-  static constexpr std::uint64_t handle_magic = 0x6d696d6174726978;  // "mimatrix"
   using block_map = std::map<const void*, block>;
 
   /// The block holding [p, p + bytes), or end(); the caller holds mutex_.
@@ -395,46 +405,6 @@ class host_port final : public port {
     const std::size_t size = it->second.bytes;
     const bool inside = at >= base && std::size_t(at - base) <= size && bytes <= size - std::size_t(at - base);
     return inside ? it : device_memory_.end();
-  }
-
-  /// mmap cannot map nothing: an empty block takes a byte.
-  static std::size_t mapped_bytes(std::size_t bytes) { return bytes ? bytes : 1; }
-  /// The memfd's name, which an importer checks: a peer's fd number, once the peer has
-  /// freed its block, may hold another file.
-  static std::string block_name(long pid, std::uint64_t id) {
-    return "mimatrix-block-" + std::to_string(pid) + "-" + std::to_string(id);
-  }
-  static error allocation_error(const char* call, std::size_t bytes) {
-    return error(std::error_code(errno, std::generic_category()),
-                 "device::host_port: " + std::string(call) + " of a " + std::to_string(bytes) + "-byte device block");
-  }
-
-  static void* map_peer_block(const handle_fields& h) {
-    const std::string path = "/proc/" + std::to_string(h.owner) + "/fd/" + std::to_string(h.fd);
-    const auto failure = [&](const std::string& why) {
-      return error(errc::transport, "device::host_port: cannot import block " + std::to_string(h.id) + " (" +
-                                        std::to_string(h.bytes) + " bytes) of process " + std::to_string(h.owner) +
-                                        " through " + path + ": " + why +
-                                        " (has the process exited or freed the block?)");
-    };
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) throw failure(std::strerror(errno));
-    const std::string name = opened_name(fd);
-    if (name.find("/memfd:" + block_name(h.owner, h.id) + " ") != 0) {
-      ::close(fd);
-      throw failure("it holds " + name + ", not the block");
-    }
-    void* at = ::mmap(nullptr, mapped_bytes(h.bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    const int mmap_errno = errno;
-    ::close(fd);  // the mapping keeps the memory
-    if (at == MAP_FAILED) throw failure(std::string("mmap: ") + std::strerror(mmap_errno));
-    return at;
-  }
-  /// What our fd is open on: "/memfd:<name> (deleted)" for a memfd.
-  static std::string opened_name(int fd) {
-    char name[512];
-    const ssize_t n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), name, sizeof name - 1);
-    return n < 0 ? std::string() : std::string(name, std::size_t(n));
   }
 
   void require_device(std::initializer_list<const void*> operands, std::size_t bytes, const char* what) const {
@@ -487,6 +457,7 @@ class host_port final : public port {
   std::condition_variable changed_;
   std::set<queue*> streams_;
   block_map device_memory_;  // allocate_device and imported blocks by start
+  std::set<void*> host_memory_;                 // allocate_host's, not freed yet
   import_table imports_;                         // peers' blocks mapped here
   std::multimap<std::size_t, void*> freed_;     // freed blocks' addresses, reserved, by size
   std::vector<retired> retired_;                // peers' blocks to unmap once their readers ran

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <utility>
@@ -215,6 +216,32 @@ TEST(host_port, an_open_block_that_its_owner_freed_is_unmapped_when_a_newer_bloc
   EXPECT_EQ(dev.imported_blocks(), 1u);
   EXPECT_FALSE(dev.on_device(old_view, bytes));  // unmapped
   dev.free_device(second, bytes);
+}
+
+/// This process's open memfds of host_port blocks.
+int open_blocks() {
+  int n = 0;
+  const std::string mine = "/memfd:mimatrix-block-" + std::to_string(::getpid()) + "-";
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(fd.path(), ec).string().rfind(mine, 0) == 0;
+  }
+  return n;
+}
+
+// A communicator may outlive its port (port::lifetime()): what it kept is the port's to free.
+TEST(host_port, its_end_frees_the_blocks_still_allocated) {
+  const int before = open_blocks();
+  {
+    host_port dev;
+    auto* block = static_cast<std::byte*>(dev.allocate_device(1 << 20));
+    void* host = dev.allocate_host(1 << 20);  // ASan's leak check sees it if not freed
+    block[(1 << 20) - 1] = std::byte{1};
+    ASSERT_NE(host, nullptr);
+    EXPECT_EQ(open_blocks(), before + 1);
+    dev.free_host(dev.allocate_host(64), 64);
+  }
+  EXPECT_EQ(open_blocks(), before);
 }
 
 TEST(host_port, only_memory_from_allocate_device_can_be_exported) {

@@ -116,6 +116,7 @@ TEST(rank_streams, what_a_port_that_ended_first_made_is_let_go_of_without_callin
     host_port dev;
     { const pooled_stream kept = streams.take_stream(dev); }
     { const pooled_buffer scratch = streams.scratch(dev, 256); }
+    { const pooled_buffer staging = streams.staging(dev, 256); }  // the port frees both at its end
     late = streams.take_stream(dev);
   }  // ends here, before `streams`
   late = pooled_stream{};
