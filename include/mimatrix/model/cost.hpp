@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <optional>
 #include <string_view>
@@ -191,10 +192,11 @@ constexpr double halving_doubling_shared(const network& net, schedule::collectiv
 }
 
 /// HDRM (EFLOPS, HPCA 2020): halving-doubling with BiGraph's rank mapping, which puts at
-/// most one flow on every link at every step, so its time is halving_doubling's with no
-/// sharing whatever network::shared_link_flows says.
+/// most one flow on every link at every step of a power-of-two group, so its time is then
+/// halving_doubling's with no sharing whatever network::shared_link_flows says. Other
+/// sizes run halving-doubling in rank order (algorithm::hdrm::order), shared as it is.
 constexpr double hdrm(const network& net, schedule::collective kind, int p, double n) {
-  return halving_doubling(net, kind, p, n, 1);
+  return halving_doubling(net, kind, p, n, std::has_single_bit(unsigned(p)) ? 1 : net.shared_link_flows);
 }
 
 /// GDRAA (MiMatrix, arXiv 1802.02326): one-sided writes to every peer at once, one
@@ -205,8 +207,8 @@ constexpr double hdrm(const network& net, schedule::collective kind, int p, doub
 ///   allreduce       2[α + (p-2)g] + 2(p-1)/p·nβ·e + (p-1)/p·nγ    (two syncs)
 ///   reduce_scatter   [α + (p-2)g] +  (p-1)/p·nβ·e + (p-1)/p·nγ    (phase A)
 ///   allgather        [α + (p-2)g] +  (p-1)/p·nβ·e                 (phase B)
-///   broadcast       2[α + (p-2)g] + 2(p-1)/p·nβ·e                 (root scatters its
-///                   shards directly, then phase B)
+///   broadcast         α + (p-2)g  +  (p-1)·nβ                     (the root writes its
+///                   whole input to every rank: its one link carries p-1 copies)
 /// With g = 0 and no incast loss this is the paper's 2α + 2(p-1)/p·nβ + (p-1)/p·nγ.
 constexpr double gdraa(const network& net, schedule::collective kind, int p, double n) {
   if (p <= 1) return 0;
@@ -218,7 +220,7 @@ constexpr double gdraa(const network& net, schedule::collective kind, int p, dou
     case schedule::collective::allreduce: return 2 * phase_start + 2 * moved + reduced;
     case schedule::collective::reduce_scatter: return phase_start + moved + reduced;
     case schedule::collective::allgather: return phase_start + moved;
-    case schedule::collective::broadcast: return 2 * phase_start + 2 * moved;
+    case schedule::collective::broadcast: return phase_start + (p - 1) * n * l.beta;
   }
   return 0;
 }

@@ -218,8 +218,11 @@ class builder {
     if (desc.elem_size == 0) refuse("elements of 0 bytes");
     if (desc.kind == collective::broadcast && (desc.root < 0 || desc.root >= desc.size))
       refuse("root " + std::to_string(desc.root) + " is outside a group of " + p);
-    if (desc.input_bytes() >= region::offset_limit || desc.output_bytes() >= region::offset_limit)
-      too_far("a buffer (" + std::to_string(std::max(desc.input_bytes(), desc.output_bytes())) + " bytes)");
+    // Compared before multiplying: count x elem_size (x the group) may wrap around.
+    const bool blocks = desc.kind == collective::reduce_scatter || desc.kind == collective::allgather;
+    if (desc.count > (region::offset_limit - 1) / desc.elem_size / (blocks ? std::size_t(desc.size) : 1))
+      too_far("a buffer (" + std::to_string(desc.count) + " elements of " + std::to_string(desc.elem_size) +
+              " bytes" + (blocks ? ", times " + p + " blocks)" : ")"));
   }
 
   const descriptor& desc() const { return s_.desc; }

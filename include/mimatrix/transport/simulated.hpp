@@ -7,9 +7,11 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/transport/simulated/cluster.hpp"
@@ -46,8 +48,10 @@ std::vector<std::shared_ptr<const schedule::schedule>> build_schedules(const Top
                                                                        const Algorithm& algorithm,
                                                                        const schedule::descriptor& desc,
                                                                        bool share_rotations = false) {
+  if (desc.size < 1)
+    throw error(errc::invalid_argument,
+                "transport::simulated: a group needs at least one rank, got " + std::to_string(desc.size));
   std::vector<std::shared_ptr<const schedule::schedule>> plans(std::size_t(desc.size));
-  if (desc.size < 1) return plans;
   plans[0] = std::make_shared<const schedule::schedule>(algorithm.build(topology, desc, 0));
   const int workers = std::clamp(int(std::thread::hardware_concurrency()), 1, std::max(1, desc.size / 64));
   // A build that throws on a worker thread is rethrown here, not std::terminate().

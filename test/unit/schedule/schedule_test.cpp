@@ -131,6 +131,11 @@ TEST(schedule, builder_refuses_offsets_past_56_bits) {
   };
   // A buffer so large that its offsets could not be held.
   refuses([] { builder({collective::allreduce, 4, region::offset_limit / es, es, 0}, 3, "test"); }, "rank 3");
+  // ... also where count x elem_size wraps around to a few bytes (a black-box test: 2^61 + 1
+  // elements of 8 bytes ran as a 16-byte call), and an allgather's group times it.
+  refuses([] { builder({collective::allreduce, 2, (std::size_t(1) << 61) + 1, 8, 0}, 0, "test"); }, "elements of 8");
+  refuses([] { builder({collective::allgather, 1 << 10, std::size_t(1) << 47, 1, 0}, 0, "test"); }, "times 1024");
+  EXPECT_NO_THROW(builder({collective::allgather, 1 << 10, (std::size_t(1) << 46) - 1, 1, 0}, 0, "test"));
   builder b({collective::allreduce, 2, 2, es, 0}, 1, "test");
   (void)b.scratch(region::offset_limit - 8);
   refuses([&] { (void)b.scratch(8); }, "scratch");

@@ -143,19 +143,6 @@ TEST(bigraph, hdrm_puts_at_most_one_flow_on_every_link_and_identity_does_not) {
   EXPECT_FALSE(across);
 }
 
-// Folded sizes on shapes whose groups can both fill half the core still cross groups
-// in every core step.
-TEST(bigraph, folded_hdrm_core_steps_cross_groups) {
-  for (int p : {6, 12, 24, 48, 96}) {
-    const bigraph g(p / 3, 3);  // full: N·M = p, not a power of two
-    const auto order = algorithm::hdrm::order(g, p);
-    const algorithm::detail::fold f(p, order);
-    for (int mask = 1; mask < f.core_size(); mask *= 2)
-      for (int c = 0; c < f.core_size(); ++c)
-        EXPECT_NE(g.group_of(f.core_rank(c)), g.group_of(f.core_rank(c ^ mask))) << p;
-  }
-}
-
 TEST(bigraph, the_digest_of_the_default_shape_is_that_of_the_shape_it_takes) {
   EXPECT_EQ(topology::digest_of(topology::bigraph{}, 8), topology::digest_of(topology::bigraph(4, 2), 8));
   EXPECT_NE(topology::digest_of(topology::bigraph(2, 4), 8), topology::digest_of(topology::bigraph(4, 2), 8));

@@ -273,6 +273,7 @@ class cluster {
     if (c.servers_per_leaf < 0 || c.spines < 0) fail("servers_per_leaf and spines must not be negative");
     servers_ = (c.ranks + c.per_server - 1) / c.per_server;
     if (k == kind::contention_free) {
+      if (!c.nic_gbps.empty()) fail("nic_gbps is for fat-tree and BiGraph clusters: a contention-free one's ports all run at link_gbps");
       nics_ = c.ranks;
       nic_up_ = add(link_role::nic_up, c.ranks, port());
       nic_down_ = add(link_role::nic_down, c.ranks, port());
@@ -347,6 +348,10 @@ class cluster {
 /// (2 latencies, the port rate), against which the simulator is checked.
 inline cluster make_contention_free(const cluster_config& config) { return cluster(config, cluster::kind::contention_free); }
 
+/// More leaf-spine links than a fat-tree of 64-port switches could have (a hundred
+/// thousand leaves of 32 uplinks): a spine count beyond that is a mistake.
+inline constexpr std::int64_t max_leaf_spine_links = std::int64_t(1) << 22;
+
 /// A two-level Clos: servers under leaves (all NICs of a server on one leaf), every leaf
 /// one uplink to every spine, uplinks sized so a leaf's total uplink is its NIC ports'
 /// total / oversubscription. Messages between leaves take the spine `spine_for` picks.
@@ -360,6 +365,10 @@ inline cluster make_fat_tree(const cluster_config& config) {
     const double down_gbps = c.nics_per_leaf_ * config.link_gbps, up_gbps = down_gbps / config.oversubscription;
     c.spines_ = config.spines > 0 ? config.spines
                                   : std::max(1, int(std::lround(c.nics_per_leaf_ / config.oversubscription)));
+    if (std::int64_t(c.spines_) * c.leaves_ > max_leaf_spine_links)
+      throw error(errc::invalid_argument, "transport::simulated::cluster: " + std::to_string(c.spines_) + " spines for " +
+                                              std::to_string(c.leaves_) + " leaves make more than " +
+                                              std::to_string(max_leaf_spine_links) + " leaf-spine links");
     c.uplink_gbps_ = up_gbps / c.spines_;
     const link_spec up{cluster::bytes_per_second(c.uplink_gbps_), config.latency_us * 1e-6};
     c.leaf_up_ = c.add(link_role::leaf_up, c.leaves_ * c.spines_, up);

@@ -1,6 +1,7 @@
 // What a simulated rank's processor and software cost, besides the network.
 #pragma once
 
+#include <cmath>
 #include <string>
 
 #include "mimatrix/core/error.hpp"
@@ -31,7 +32,11 @@ inline const compute_costs& checked(const compute_costs& c) {
   if (!(c.copy_bytes_per_second >= 0))
     fail("copy_bytes_per_second must not be negative (0: copies are free), got " +
          std::to_string(c.copy_bytes_per_second));
-  if (!(c.message_overhead >= 0) || !(c.message_gap >= 0)) fail("message_overhead and message_gap must not be negative");
+  // An infinite one would read as a call that cannot finish, blaming the schedules.
+  if (!(c.message_overhead >= 0) || !(c.message_gap >= 0) || !std::isfinite(c.message_overhead) ||
+      !std::isfinite(c.message_gap))
+    fail("message_overhead and message_gap must be finite and not negative, got " +
+         std::to_string(c.message_overhead) + " and " + std::to_string(c.message_gap));
   return c;
 }
 

@@ -72,6 +72,9 @@ class network {
   /// is unspecified but the same on every run.
   void finish_until(double t, std::vector<flow_id>& done);
 
+  /// Ends every flow in progress where it is, its rest unsent (a run that failed leaves
+  /// some): the next run starts on an idle network, at the time this one stopped.
+  void drop_flows();
   /// Flows in progress, and one flow's current rate in bytes per second (for tests; 0 once
   /// it has finished).
   std::size_t active() const;
@@ -396,6 +399,14 @@ inline void network::end(flow_id f) {
 }
 
 inline std::size_t network::active() const { return active_; }
+
+inline void network::drop_flows() {
+  for (flow_id f = 0; f < flows_.size() && active_ > 0; ++f)
+    if (flows_[f].running) {
+      flows_[f].remaining = 0;  // carried counts what was sent, not the rest
+      end(f);
+    }
+}
 
 inline double network::rate(flow_id id) {
   if (id >= flows_.size()) fail("no flow " + std::to_string(id));

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@
 #include "mimatrix/transport/simulated/detail/event_queue.hpp"
 #include "mimatrix/transport/simulated/detail/packed_objects.hpp"
 #include "mimatrix/transport/simulated/detail/rank_execution.hpp"
+#include "mimatrix/transport/simulated/detail/run_checks.hpp"
 #include "mimatrix/transport/simulated/network.hpp"
 #include "mimatrix/transport/step_bookkeeping.hpp"
 #include "mimatrix/transport/step_executor.hpp"
@@ -154,15 +156,18 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
                                   const std::vector<std::byte*>& outputs) {
   const auto wall = std::chrono::steady_clock::now();
   const int p = static_cast<int>(plans.size());
-  if (p != cluster_.ranks())
-    throw error(errc::invalid_argument, "transport::simulated: " + std::to_string(p) + " schedules for a cluster of " +
-                                            std::to_string(cluster_.ranks()) + " ranks");
-  payloads_ = !outputs.empty();
-  if (payloads_ && (int(outputs.size()) != p || int(inputs.size()) != p))
-    throw error(errc::invalid_argument, "transport::simulated: with payloads, every rank needs an input and an output");
+  payloads_ = detail::check_run(cluster_.ranks(), plans, kernels, inputs, outputs);
   if (p == 0) return {};
   if (cluster_.net.active() != 0)
-    throw error(errc::invalid_argument, "transport::simulated: the cluster's network still carries flows");
+    throw error(errc::invalid_argument, "transport::simulated: the cluster's network carries flows of another run");
+  // A run that fails leaves its flows: the cluster is free for the next one all the same.
+  struct drop_on_failure {
+    network& net;
+    int unwinding = std::uncaught_exceptions();
+    ~drop_on_failure() {
+      if (std::uncaught_exceptions() > unwinding) net.drop_flows();
+    }
+  } guard{cluster_.net};
   result_ = {};
   events_.clear();  // a run that threw may have left some
   messages_.clear();
@@ -182,14 +187,7 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
   // One receive index a distinct schedule: ranks may share one (a rotation, see
   // build_schedules), which only a run without payload can (regions are rank 0's).
   std::size_t most_steps = 0;
-  for (int r = 0; r < p; ++r) {
-    const auto& plan = plans[std::size_t(r)];
-    if (plan->rank != r && payloads_)
-      throw error(errc::invalid_argument, "transport::simulated: rank " + std::to_string(r) + " is given rank " +
-                                              std::to_string(plan->rank) + "'s schedule, which only a run "
-                                              "without payload may share");
-    most_steps = std::max(most_steps, plan->steps.size());
-  }
+  for (const auto& plan : plans) most_steps = std::max(most_steps, plan->steps.size());
   depths_.assign(most_steps * std::size_t(p), {});
   pending_.assign(most_steps * std::size_t(p), 0);
   statuses_.assign(most_steps * std::size_t(p), {});

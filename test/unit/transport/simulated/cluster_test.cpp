@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "mimatrix/algorithm/hdrm.hpp"
+#include "support/refusal.hpp"
 
 namespace MIMATRIX_UNIT_ID {
 
@@ -490,6 +492,19 @@ TEST(cluster, a_nic_of_its_own_rate_limits_only_the_flows_through_it) {
   EXPECT_NEAR(r[2], 10, 1e-9);
   cfg.nic_gbps = {10, 10};
   EXPECT_THROW((void)make_fat_tree(cfg), mimatrix::error);
+  // A contention-free cluster's ports all run at link_gbps: rates given for them were
+  // dropped without a word (a black-box test).
+  cfg.nic_gbps = {10, 10, 10, 5};
+  EXPECT_NE(mimatrix::test::refusal([&] { (void)make_contention_free(cfg); }).find("nic_gbps"), std::string::npos);
+}
+
+// Found by a black-box test: 10^8 spines made the cluster build its links for ever.
+TEST(cluster, a_spine_count_no_fat_tree_could_have_is_refused) {
+  auto cfg = config(128);
+  cfg.spines = 100'000'000;
+  EXPECT_NE(mimatrix::test::refusal([&] { (void)make_fat_tree(cfg); }).find("100000000 spines"), std::string::npos);
+  cfg.spines = 64;
+  EXPECT_EQ(make_fat_tree(cfg).spines(), 64);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -90,12 +91,13 @@ struct contention_free_case {
 };
 
 template <class Topology, class Algorithm>
-void expect_model_time(const Topology& topo, const Algorithm& algo, int p, std::size_t bytes) {
-  SCOPED_TRACE(std::string(Algorithm::name) + " on " + std::to_string(p) + " ranks, " + std::to_string(bytes) +
-               " bytes");
+void expect_model_time(const Topology& topo, const Algorithm& algo, int p, std::size_t bytes,
+                       collective kind = collective::allreduce) {
+  SCOPED_TRACE(std::string(Algorithm::name) + " " + std::string(schedule::to_string(kind)) + " on " +
+               std::to_string(p) + " ranks, " + std::to_string(bytes) + " bytes");
   contention_free_case c(p);
   auto net = make_contention_free(c.config);
-  const schedule::descriptor desc{collective::allreduce, p, bytes / 4, 4};
+  const schedule::descriptor desc{kind, p, bytes / 4, 4};
   const run_result r = simulate(net, topo, algo, desc, c.costs);
   const double predicted = *model::predict(Algorithm::name, c.net, desc);
   EXPECT_NEAR(r.seconds, predicted, 0.05 * predicted) << "simulated " << r.seconds << " s, model " << predicted;
@@ -115,6 +117,18 @@ TEST(simulation, without_contention_every_algorithm_takes_the_cost_models_time) 
       expect_model_time(topology::bigraph{}.resolved(p), algorithm::hdrm(whole), p, bytes);
     }
   }
+}
+
+// Found by a black-box test: GDRAA's broadcast (the root writes all of it to every rank)
+// took 8 times the model's time at 16 ranks, which priced a scatter and an allgather, so
+// automatic selection could pick it for large broadcasts; the binomial tree's sends, all
+// at once, shared the root's link and took 2.5 times lg p·nβ.
+TEST(simulation, without_contention_broadcasts_take_the_cost_models_time) {
+  for (int p : {2, 4, 8, 16, 64})
+    for (std::size_t bytes : {std::size_t(4096), std::size_t(1) << 20, std::size_t(16) << 20}) {
+      expect_model_time(topology::ring{}, algorithm::recursive_doubling{}, p, bytes, collective::broadcast);
+      expect_model_time(topology::mesh{}, algorithm::gdraa{}, p, bytes, collective::broadcast);
+    }
 }
 
 // Hierarchical: rings inside servers on their own fabric, a ring along every rail through
@@ -244,6 +258,113 @@ TEST(simulation, a_configuration_no_cluster_could_have_is_refused_naming_it) {
             std::string::npos);
   // Free reductions are said with 0, as free copies are.
   EXPECT_NO_THROW(ring_on(fine, {.reduce_bytes_per_second = 0}));
+}
+
+// Found by a black-box test: a rank whose schedule was for 1000 elements among ranks of
+// 100 ran, without payloads to a time, with them reading past its peers' messages (ASan:
+// heap-buffer-overflow in combine). The simulator has every rank's schedule: it compares them.
+TEST(simulation, ranks_whose_schedules_are_of_another_call_are_refused_before_anything_runs) {
+  const int p = 4;
+  auto net = make_contention_free({.ranks = p, .pcie_gbps = 0});
+  auto plans = build_schedules(topology::ring{}, algorithm::ring{}, {collective::allreduce, p, 100, 4});
+  plans[2] = build_schedules(topology::ring{}, algorithm::ring{}, {collective::allreduce, p, 1000, 4})[2];
+  std::vector<std::vector<std::int32_t>> in(p, std::vector<std::int32_t>(1000, 1)), out = in;
+  std::vector<const std::byte*> inputs;
+  std::vector<std::byte*> outputs;
+  for (int r = 0; r < p; ++r) {
+    inputs.push_back(reinterpret_cast<const std::byte*>(in[std::size_t(r)].data()));
+    outputs.push_back(reinterpret_cast<std::byte*>(out[std::size_t(r)].data()));
+  }
+  const auto& sum = reduce::host_kernels_of<reduce::sum<std::int32_t>>;
+  for (const bool payloads : {false, true}) {
+    const std::string why = test::refusal(
+        [&] {
+          (void)simulation(net, {}).run(plans, sum, payloads ? inputs : std::vector<const std::byte*>{},
+                                        payloads ? outputs : std::vector<std::byte*>{});
+        },
+        errc::mismatch);
+    EXPECT_NE(why.find("rank 2's schedule is for allreduce size 4 count 1000"), std::string::npos) << why;
+  }
+}
+
+// Found by a black-box test: each of these ran (double kernels on 4-byte elements gave
+// 2.99 for 3; inputs without outputs ran without payloads) or crashed (a null schedule or
+// input: SIGSEGV), or a raw std::length_error (a group of -5).
+TEST(simulation, buffers_kernels_and_groups_that_do_not_fit_are_refused_naming_them) {
+  const int p = 2;
+  auto net = make_contention_free({.ranks = p, .pcie_gbps = 0});
+  const schedule::descriptor d{collective::allreduce, p, 4, sizeof(float)};
+  const auto plans = build_schedules(topology::ring{}, algorithm::ring{}, d);
+  std::vector<float> a(4, 1), b(4, 2);
+  const std::vector<const std::byte*> in{reinterpret_cast<const std::byte*>(a.data()),
+                                         reinterpret_cast<const std::byte*>(b.data())};
+  const std::vector<std::byte*> out{reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<std::byte*>(b.data())};
+  const auto& floats = reduce::host_kernels_of<reduce::sum<float>>;
+  const auto said = [&](auto&& run) {
+    return test::refusal([&] {
+      simulation sim(net, {});
+      (void)run(sim);
+    });
+  };
+  EXPECT_NE(said([&](simulation& s) { return s.run(plans, reduce::host_kernels_of<reduce::sum<double>>, in, out); })
+                .find("kernels reduce elements of 8 bytes, the schedules' are 4"),
+            std::string::npos);
+  EXPECT_NE(said([&](simulation& s) { return s.run(plans, floats, in, {}); }).find("2 inputs and 0 outputs"), std::string::npos);
+  EXPECT_NE(said([&](simulation& s) { return s.run(plans, floats, {in[0], nullptr}, out); }).find("rank 1's input is null"),
+            std::string::npos);
+  auto holed = plans;
+  holed[1] = nullptr;
+  EXPECT_NE(said([&](simulation& s) { return s.run(holed, floats, in, out); }).find("rank 1's schedule is null"),
+            std::string::npos);
+  EXPECT_NE(test::refusal([&] { (void)build_schedules(topology::ring{}, algorithm::ring{}, {collective::allreduce, -5, 4, 4}); })
+                .find("at least one rank, got -5"),
+            std::string::npos);
+  for (const double inf : {std::numeric_limits<double>::infinity()}) {  // read as a call that cannot finish
+    EXPECT_NE(test::refusal([&] { simulation(net, {.message_overhead = inf}); }).find("message_overhead"),
+              std::string::npos);
+    EXPECT_NE(test::refusal([&] { simulation(net, {.message_gap = inf}); }).find("message_gap"), std::string::npos);
+  }
+  EXPECT_NO_THROW((void)simulation(net, {}).run(plans, floats, in, out));
+  EXPECT_EQ(a, std::vector<float>(4, 3));
+}
+
+// Found by a black-box test: a run that failed with messages on the wire left them there,
+// and every later run on that cluster was refused ("still carries flows").
+TEST(simulation, a_run_that_failed_leaves_the_cluster_free_for_the_next) {
+  const int p = 4;
+  const schedule::descriptor d{collective::allreduce, p, 1 << 20, 4};
+  auto net = make_contention_free({.ranks = p, .pcie_gbps = 0});
+  auto fresh = make_contention_free({.ranks = p, .pcie_gbps = 0});
+  auto plans = build_schedules(topology::ring{}, algorithm::halving_doubling{}, d);
+  std::swap(plans[1], plans[2]);  // each runs the other's steps: a message no receive takes
+  EXPECT_THROW((void)simulation(net, {}).run(plans, reduce::host_kernels_of<reduce::sum<float>>), error);
+  run_result again, first;
+  ASSERT_NO_THROW(again = simulate(net, topology::ring{}, algorithm::ring{}, d));
+  first = simulate(fresh, topology::ring{}, algorithm::ring{}, d);
+  EXPECT_NEAR(again.seconds, first.seconds, 1e-12);
+}
+
+// Found by a black-box test: on BiGraph shapes that are not a full power of two, HDRM's
+// mapping (every core step across the groups) shared links and ran slower than
+// halving-doubling in rank order (100 ranks, 64 MiB: 127.5 against 70.0 ms). Those run in
+// rank order now: never slower; on a full power of two, HDRM is the contention-free time.
+TEST(simulation, hdrm_on_a_bigraph_is_never_slower_than_halving_doubling) {
+  const algorithm::policy one_message{.chunk_bytes = std::size_t(1) << 40};
+  const compute_costs free_reductions{.reduce_bytes_per_second = 0};
+  const auto time_of = [&](const auto& algo, int p, const topology::bigraph& shape, bool contention_free) {
+    auto net = contention_free ? make_contention_free({.ranks = p, .latency_us = 0, .pcie_gbps = 0})
+                               : make_bigraph({.ranks = p, .latency_us = 0, .pcie_gbps = 0}, shape);
+    return simulate(net, shape, algo, {collective::allreduce, p, 1 << 20, 4}, free_reductions).seconds;
+  };
+  for (const int p : {12, 24, 48, 100}) {
+    const auto shape = topology::bigraph{}.resolved(p);
+    EXPECT_LE(time_of(algorithm::hdrm(one_message), p, shape, false),
+              time_of(algorithm::halving_doubling(one_message), p, shape, false) * (1 + 1e-9))
+        << p;
+  }
+  const auto full = topology::bigraph(8, 4);
+  EXPECT_NEAR(time_of(algorithm::hdrm(one_message), 32, full, false),
+              time_of(algorithm::hdrm(one_message), 32, full, true), 1e-12);
 }
 
 /// The ring's schedules, but rank 101's build throws: a worker thread builds it.
