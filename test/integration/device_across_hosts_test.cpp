@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -314,6 +315,30 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
   return 0;
 }
 
+// Rank 1 names root 2, the others root 0: both of local index 0, so every part of rank
+// 1's broadcast matched its peers' parts, and it took rank 0's data for rank 2's without a
+// word (a black-box test). No rank may end with another root's data and no error.
+MIMATRIX_SCENARIO(across_hosts_roots_disagree) {
+  two_hosts job(5s);
+  [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
+  device_array<std::int64_t> data(dev, 10'001, r + 1);
+  coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+  dev.synchronize(s.handle);
+  const int root = r == 1 ? 2 : 0;
+  dev.enqueue(s.handle, [&] { std::fill_n(data.data(), data.size(), std::int64_t(100 + r)); });
+  std::string what;
+  try {
+    coll.broadcast(data.data(), data.data(), data.size(), dtype::int64, root, on_stream).wait();
+    dev.synchronize(s.handle);
+    what = data[0] == 100 + root && data[data.size() - 1] == 100 + root ? "root's data" : "OTHER data";
+  } catch (const error& e) {
+    what = "CAUGHT " + e.code().message() + ": " + e.what();
+  }
+  dev.synchronize(s.handle);
+  std::printf("rank %d: %s\n", r, what.c_str());
+  return 0;
+}
+
 // communicator::abort() on rank 0 while the others wait in a call for rank 3 (late): the
 // parts in flight on the split groups end too, on every rank, long before the deadline.
 MIMATRIX_SCENARIO(across_hosts_abort) {
@@ -383,6 +408,13 @@ TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_other_collect
       EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT"), std::string::npos) << collective << "\n"
                                                                                   << test::all_output(result);
   }
+}
+
+TEST_P(device_across_hosts, ranks_that_name_roots_of_one_local_index_on_two_hosts_never_take_the_wrong_data) {
+  const auto result = test::run_ranks(4, GetParam(), "across_hosts_roots_disagree", {}, 60s);
+  EXPECT_NE(result.output[1].find("CAUGHT ranks disagree"), std::string::npos) << test::all_output(result);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(result.output[std::size_t(r)].find("OTHER data"), std::string::npos) << test::all_output(result);
 }
 
 TEST_P(device_across_hosts, an_abort_ends_the_parts_in_flight_on_every_rank) {

@@ -192,7 +192,11 @@ class across_hosts {
   request broadcast(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type, int root,
                     const call_options& given) {
     if (root < 0 || root >= size_ || !count) return whole.broadcast(input, output, count, type, root, given);
-    const call_options options = parts_options(given);
+    call_options options = parts_options(given);
+    // The parts carry the world's root in their tag, which peers compare: ranks that named
+    // roots of one local index on different hosts ran matching parts, and a host-mate of
+    // the one that differed took the other root's data without a word (a black-box test).
+    options.tag = given.tag ^ (0x9e3779b9u * std::uint32_t(root + 1));
     if (rank_ == root) refuse_overlap(schedule::collective::broadcast, count, type, input, output);
     const std::int32_t root_host = where_[2 * std::size_t(root)], root_local = where_[2 * std::size_t(root) + 1];
     const bool carries = local_->rank() == root_local;  // this host's rank that the network reaches
