@@ -339,6 +339,44 @@ MIMATRIX_SCENARIO(across_hosts_roots_disagree) {
   return 0;
 }
 
+// Rank 1 alone gives the collective COLLECTIVE host memory (BAD=host) or overlapping
+// buffers (BAD=overlap), with a count that leaves elements past the last whole share: it
+// refuses the call, naming the whole call, and every other rank fails it at once rather
+// than wait out the deadline in a part that rank 1 never started (the flat call of the
+// allreduce's tail did: a black-box test).
+MIMATRIX_SCENARIO(across_hosts_one_rank_refuses) {
+  two_hosts job(20s);
+  [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
+  constexpr std::size_t n = 10'001;
+  const std::string collective = std::getenv("COLLECTIVE");
+  const bool overlap = std::string(std::getenv("BAD")) == "overlap", bad = r == 1;
+  device_array<std::int64_t> in(dev, n * std::size_t(p), r + 1), out(dev, n * std::size_t(p));
+  std::vector<std::int64_t> host(n * std::size_t(p), r + 1);
+  // Rank 1's input (its output for a broadcast from rank 0; from rank 1 where it overlaps).
+  const std::int64_t* input = !bad ? in.data() : overlap ? out.data() + 1 : host.data();
+  std::int64_t* output = bad && !overlap ? host.data() : out.data();
+  const auto start = std::chrono::steady_clock::now();
+  std::string what = "succeeded";
+  try {
+    if (collective == "allreduce")
+      coll.allreduce(input, out.data(), n, dtype::int64, reduce::op_kind::sum, on_stream).wait();
+    else if (collective == "reduce_scatter")
+      coll.reduce_scatter(input, out.data(), n, dtype::int64, reduce::op_kind::sum, on_stream).wait();
+    else if (collective == "allgather")
+      coll.allgather(input, out.data(), n, dtype::int64, on_stream).wait();
+    else
+      coll.broadcast(in.data(), bad && overlap ? in.data() + 1 : output, n, dtype::int64, overlap ? 1 : 0, on_stream)
+          .wait();
+  } catch (const error& e) {
+    what = "CAUGHT " + e.code().message() + ": " + e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  dev.synchronize(s.handle);
+  std::printf("rank %d: %s after %lld ms\n", r, what.c_str(),
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  return took < 10s ? 0 : 1;
+}
+
 // communicator::abort() on rank 0 while the others wait in a call for rank 3 (late): the
 // parts in flight on the split groups end too, on every rank, long before the deadline.
 MIMATRIX_SCENARIO(across_hosts_abort) {
@@ -415,6 +453,20 @@ TEST_P(device_across_hosts, ranks_that_name_roots_of_one_local_index_on_two_host
   EXPECT_NE(result.output[1].find("CAUGHT ranks disagree"), std::string::npos) << test::all_output(result);
   for (int r = 0; r < 4; ++r)
     EXPECT_EQ(result.output[std::size_t(r)].find("OTHER data"), std::string::npos) << test::all_output(result);
+}
+
+TEST_P(device_across_hosts, a_call_that_one_rank_refuses_fails_on_every_rank_at_once) {
+  for (const auto& [collective, bad] : {std::pair{"allreduce", "host"}, std::pair{"reduce_scatter", "overlap"},
+                                        std::pair{"allgather", "host"}, std::pair{"broadcast", "overlap"}}) {
+    const auto result = test::run_ranks(4, GetParam(), "across_hosts_one_rank_refuses",
+                                        {{"COLLECTIVE", collective}, {"BAD", bad}}, 60s);
+    EXPECT_EQ(result.exit_code, 0) << collective << "\n" << test::all_output(result);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_NE(result.output[std::size_t(r)].find("CAUGHT invalid argument"), std::string::npos)
+          << collective << "\n" << test::all_output(result);
+    // Named as the whole call, not as one of its parts on a group of its own.
+    EXPECT_NE(result.output[1].find(" across 2 hosts: the "), std::string::npos) << test::all_output(result);
+  }
 }
 
 TEST_P(device_across_hosts, an_abort_ends_the_parts_in_flight_on_every_rank) {

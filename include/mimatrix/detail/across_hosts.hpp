@@ -33,6 +33,7 @@
 #include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/buffer_overlap.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/detail/composed_call.hpp"
 #include "mimatrix/detail/stream_scratch.hpp"
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
@@ -41,69 +42,6 @@
 #include "mimatrix/transport/backend.hpp"
 
 namespace mimatrix::detail {
-
-/// The requests of one composed call as one: done once every one is; its error is the
-/// first one's that failed, in order.
-class all_of final : public operation {
- public:
-  /// `names[k]` says in its error what part k was, after `what`; `on_failure` runs once,
-  /// at the first failure seen.
-  all_of(std::vector<request> parts, std::vector<std::string> names, std::string what,
-         std::function<void()> on_failure = {})
-      : parts_(std::move(parts)), names_(std::move(names)), what_(std::move(what)), on_failure_(std::move(on_failure)) {}
-  ~all_of() override {
-    std::error_code ignored;
-    all_of::wait(ignored);
-  }
-
-  bool test(std::error_code& ec) override {
-    bool done = true;
-    for (std::size_t k = 0; k < parts_.size(); ++k) done &= settle(k, false);
-    ec = done ? first_failure() : std::error_code{};
-    return done;
-  }
-  void wait(std::error_code& ec) override {
-    for (std::size_t k = 0; k < parts_.size(); ++k) settle(k, true);
-    ec = first_failure();
-  }
-  const std::string& message() const override { return message_; }
-
- private:
-  /// Whether part k has ended; keeps its failure.
-  bool settle(std::size_t k, bool block) {
-    request& r = parts_[k];
-    if (!r.valid()) return true;
-    try {
-      if (block)
-        r.wait();
-      else if (!r.test())
-        return false;
-    } catch (const error& e) {
-      if (failures_.empty() && on_failure_) on_failure_();
-      failures_.resize(parts_.size());
-      // The request adds the code's message again.
-      failures_[k] = {e.code(), what_ + ", " + names_[k] + ", failed (its group's ranks are named as in that group): " +
-                                    e.reason()};
-    }
-    return true;
-  }
-  /// The failure of the earliest part that failed (the later ones follow from it), once all ended.
-  std::error_code first_failure() {
-    for (const auto& [code, why] : failures_)
-      if (code) {
-        message_ = why;
-        return code;
-      }
-    return {};
-  }
-
-  std::vector<request> parts_;
-  std::vector<std::string> names_;
-  std::string what_;
-  std::function<void()> on_failure_;
-  std::vector<std::pair<std::error_code, std::string>> failures_;  // by part, once one failed
-  std::string message_;
-};
 
 template <transport::backend Transport>
 class across_hosts {
@@ -155,36 +93,37 @@ class across_hosts {
   /// As collectives_core::allreduce, composed as above; `whole` runs the remainder.
   request allreduce(collectives_core& whole, const void* input, void* output, std::size_t count, dtype type,
                     reduce::op_kind op, const call_options& given) {
+    using schedule::collective;
     const call_options options = parts_options(given);
     const auto ranks = static_cast<std::size_t>(local_->size());
     const std::size_t share = count / ranks, shared = share * ranks, bytes = size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    refuse_overlap(schedule::collective::allreduce, count, type, in, out);
+    composed_call call = begin("an allreduce of " + std::to_string(count) + " elements", collective::allreduce, count,
+                               type, 0, input, output, options);
     // avg sums at both stages and divides once by all the ranks, as the flat call does
     // (averaging at each stage would round twice, and an integer's mean would drift).
     const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
-    // The parts of this call, and none of another's, fail together.
-    local_->transport().share_fate(hosts_->transport());
-    std::vector<request> parts;
-    std::vector<std::string> names;
     if (share) {
       std::byte* mine = out + std::size_t(local_->rank()) * share * bytes;
-      parts.push_back(local_calls_.reduce_scatter(in, mine, share, type, stage_op, options));
-      parts.push_back(hosts_calls_.allreduce(mine, mine, share, type, stage_op, options));
-      if (op == reduce::op_kind::avg) {  // queued after the share's allreduce, before the allgather reads it
-        const device::stream& s = *options.stream;
-        s.device->finalize(s.handle, reduce::host_kernels_for(type, op), mine, share * bytes, size_);
-      }
-      parts.push_back(local_calls_.allgather(mine, out, share, type, options));
-      names = {"its reduce-scatter within the host", "its share's allreduce across the hosts",
-               "its allgather within the host"};
+      call.part(local_calls_, collective::reduce_scatter, "its reduce-scatter within the host",
+                [&] { return local_calls_.reduce_scatter(in, mine, share, type, stage_op, options); });
+      call.part(hosts_calls_, collective::allreduce, "its share's allreduce across the hosts", [&] {
+        request r = hosts_calls_.allreduce(mine, mine, share, type, stage_op, options);
+        if (op == reduce::op_kind::avg) {  // queued after the share's allreduce, before the allgather reads it
+          const device::stream& s = *options.stream;
+          s.device->finalize(s.handle, reduce::host_kernels_for(type, op), mine, share * bytes, size_);
+        }
+        return r;
+      });
+      call.part(local_calls_, collective::allgather, "its allgather within the host",
+                [&] { return local_calls_.allgather(mine, out, share, type, options); });
     }
-    if (count > shared) {
-      parts.push_back(whole.allreduce(in + shared * bytes, out + shared * bytes, count - shared, type, op, options));
-      names.push_back("its allreduce of the elements past the last whole share");
-    }
-    return as_one(std::move(parts), std::move(names), "an allreduce of " + std::to_string(count) + " elements");
+    if (count > shared)
+      call.part(whole, collective::allreduce, "its allreduce of the elements past the last whole share", [&] {
+        return whole.allreduce(in + shared * bytes, out + shared * bytes, count - shared, type, op, options);
+      });
+    return call.finish();
   }
 
   /// As collectives_core::broadcast: across the hosts among the ranks of the root's local
@@ -197,20 +136,19 @@ class across_hosts {
     // roots of one local index on different hosts ran matching parts, and a host-mate of
     // the one that differed took the other root's data without a word (a black-box test).
     options.tag = given.tag ^ (0x9e3779b9u * std::uint32_t(root + 1));
-    if (rank_ == root) refuse_overlap(schedule::collective::broadcast, count, type, input, output);
     const std::int32_t root_host = where_[2 * std::size_t(root)], root_local = where_[2 * std::size_t(root) + 1];
     const bool carries = local_->rank() == root_local;  // this host's rank that the network reaches
-    local_->transport().share_fate(hosts_->transport());
-    std::vector<request> parts;
-    std::vector<std::string> names;
-    if (carries) {
-      parts.push_back(hosts_calls_.broadcast(rank_ == root ? input : nullptr, output, count, type, root_host, options));
-      names.emplace_back("its broadcast across the hosts");
-    }
-    parts.push_back(local_calls_.broadcast(carries ? output : nullptr, output, count, type, root_local, options));
-    names.emplace_back("its broadcast within the host");
-    return as_one(std::move(parts), std::move(names),
-                  "a broadcast of " + std::to_string(count) + " elements from rank " + std::to_string(root));
+    composed_call call = begin("a broadcast of " + std::to_string(count) + " elements from rank " + std::to_string(root),
+                               schedule::collective::broadcast, count, type, root, rank_ == root ? input : nullptr,
+                               output, options);
+    if (carries)
+      call.part(hosts_calls_, schedule::collective::broadcast, "its broadcast across the hosts", [&] {
+        return hosts_calls_.broadcast(rank_ == root ? input : nullptr, output, count, type, root_host, options);
+      });
+    call.part(local_calls_, schedule::collective::broadcast, "its broadcast within the host", [&] {
+      return local_calls_.broadcast(carries ? output : nullptr, output, count, type, root_local, options);
+    });
+    return call.finish();
   }
 
   /// As collectives_core::reduce_scatter, where gathers(): for each host k in turn, the
@@ -226,34 +164,32 @@ class across_hosts {
     const std::size_t bytes = count * size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    refuse_overlap(schedule::collective::reduce_scatter, count, type, in, out);
-    const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
     const device::stream& s = *options.stream;
-    local_->transport().share_fate(hosts_->transport());
-    const std::size_t slot = scratch_.take(*s.device, bytes * std::size_t(hosts));
-    std::byte* staged = scratch_.at(slot);
-    std::vector<request> parts;
-    std::vector<std::string> names;
-    try {
-      for (int k = 0; k < hosts; ++k) {
-        parts.push_back(local_calls_.reduce_scatter(in + std::size_t(k) * std::size_t(local) * bytes,
-                                                    staged + std::size_t(k) * bytes, count, type, stage_op, options));
-        names.push_back("its reduce-scatter within the host of host " + std::to_string(k) + "'s parts");
+    composed_call call = begin("a reduce-scatter of " + std::to_string(count) + " elements",
+                               schedule::collective::reduce_scatter, count, type, 0, input, output, options);
+    const reduce::op_kind stage_op = op == reduce::op_kind::avg ? reduce::op_kind::sum : op;
+    std::optional<std::size_t> slot;
+    if (!call.refused()) try {
+        slot = scratch_.take(*s.device, bytes * std::size_t(hosts));
+      } catch (const error& e) {
+        call.refuse(e.reason());
       }
-      parts.push_back(hosts_calls_.reduce_scatter(staged, out, count, type, stage_op, options));
-      names.emplace_back("its reduce-scatter across the hosts");
+    std::byte* staged = slot ? scratch_.at(*slot) : nullptr;
+    for (int k = 0; k < hosts; ++k)
+      call.part(local_calls_, schedule::collective::reduce_scatter,
+                "its reduce-scatter within the host of host " + std::to_string(k) + "'s parts", [&] {
+                  return local_calls_.reduce_scatter(in + std::size_t(k) * std::size_t(local) * bytes,
+                                                     staged + std::size_t(k) * bytes, count, type, stage_op, options);
+                });
+    call.part(hosts_calls_, schedule::collective::reduce_scatter, "its reduce-scatter across the hosts", [&] {
+      request r = hosts_calls_.reduce_scatter(staged, out, count, type, stage_op, options);
       if (op == reduce::op_kind::avg) s.device->finalize(s.handle, reduce::host_kernels_for(type, op), out, bytes, size_);
-    } catch (...) {
-      *scratch_.spoiled(slot) = true;  // parts already started may still write it
-      try {
-        scratch_.release_after(slot, s.handle);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
-      }
-      throw;
-    }
-    scratch_.release_after(slot, s.handle);
-    return as_one(std::move(parts), std::move(names), "a reduce-scatter of " + std::to_string(count) + " elements",
-                  [spoiled = scratch_.spoiled(slot)] { *spoiled = true; });
+      return r;
+    });
+    if (!slot) return call.finish();  // refused: throws
+    std::function<void()> spoil = [spoiled = scratch_.spoiled(*slot)] { *spoiled = true; };  // parts may still write it
+    scratch_.release_after(*slot, s.handle);
+    return call.finish(std::move(spoil));
   }
 
   /// Whether allgather() and reduce_scatter() compose: ranks are numbered host by host (rank = host · L +
@@ -272,19 +208,19 @@ class across_hosts {
     const std::size_t bytes = count * size_of(type);
     const auto* in = static_cast<const std::byte*>(input);
     auto* out = static_cast<std::byte*>(output);
-    refuse_overlap(schedule::collective::allgather, count, type, in, out);
-    local_->transport().share_fate(hosts_->transport());
-    std::vector<request> parts;
-    std::vector<std::string> names;
+    composed_call call = begin("an allgather of " + std::to_string(count) + " elements",
+                               schedule::collective::allgather, count, type, 0, input, output, options);
     for (int k = 0; k < hosts; ++k) {
       std::byte* block = out + std::size_t(k) * std::size_t(local) * bytes;  // host k's parts
       std::byte* place = block + std::size_t(local_->rank()) * bytes;         // this local index's
-      parts.push_back(hosts_calls_.broadcast(k == host ? in : nullptr, place, count, type, k, options));
-      parts.push_back(local_calls_.allgather(place, block, count, type, options));
-      names.push_back("its broadcast across the hosts of host " + std::to_string(k) + "'s parts");
-      names.push_back("its allgather within the host of host " + std::to_string(k) + "'s parts");
+      call.part(hosts_calls_, schedule::collective::broadcast,
+                "its broadcast across the hosts of host " + std::to_string(k) + "'s parts",
+                [&] { return hosts_calls_.broadcast(k == host ? in : nullptr, place, count, type, k, options); });
+      call.part(local_calls_, schedule::collective::allgather,
+                "its allgather within the host of host " + std::to_string(k) + "'s parts",
+                [&] { return local_calls_.allgather(place, block, count, type, options); });
     }
-    return as_one(std::move(parts), std::move(names), "an allgather of " + std::to_string(count) + " elements");
+    return call.finish();
   }
 
  private:
@@ -308,24 +244,20 @@ class across_hosts {
     return options;
   }
 
-  /// One request for a composed call's parts; its errors say "rank R: `what` across H
-  /// hosts" and then which part failed.
-  request as_one(std::vector<request> parts, std::vector<std::string> names, const std::string& what,
-                 std::function<void()> on_failure = {}) const {
-    return request(std::make_unique<all_of>(
-        std::move(parts), std::move(names),
-        "rank " + std::to_string(rank_) + ": " + what + " across " + std::to_string(hosts_->size()) + " hosts",
-        std::move(on_failure)));
-  }
-
-  /// Buffers that overlap without being in place are refused before any part starts, so
-  /// that every rank with such buffers refuses the call whole.
-  void refuse_overlap(schedule::collective kind, std::size_t count, dtype type, const void* input,
-                      const void* output) const {
-    const schedule::descriptor d{.kind = kind, .size = size_, .count = count, .elem_size = size_of(type)};
-    if (const auto why = overlap_problem(d, rank_, input, output))
-      throw error(errc::invalid_argument,
-                  "rank " + std::to_string(rank_) + ": " + std::string(schedule::to_string(kind)) + ": " + *why);
+  /// A composed call as this rank starts it, whose errors say "rank R: `what` across H
+  /// hosts": its parts, and none of another call's, fail together. Buffers that no part
+  /// may take refuse it whole, named as the whole call (a part would name its group's
+  /// rank, collective and bytes).
+  composed_call begin(const std::string& what, schedule::collective kind, std::size_t count, dtype type, int root,
+                      const void* input, const void* output, const call_options& options) {
+    local_->transport().share_fate(hosts_->transport());
+    composed_call call("rank " + std::to_string(rank_) + ": " + what + " across " + std::to_string(hosts_->size()) +
+                       " hosts");
+    const schedule::descriptor d{.kind = kind, .size = size_, .count = count, .elem_size = size_of(type), .root = root};
+    auto why = overlap_problem(d, rank_, input, output);
+    if (!why && options.stream->device) why = device_buffer_problem(*options.stream->device, d, rank_, input, output);
+    if (why) call.refuse(*why);
+    return call;
   }
 
   static collectives_core calls_on(communicator<Transport>& c) {

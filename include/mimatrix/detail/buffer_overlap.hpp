@@ -1,11 +1,13 @@
-// Buffers that no call may take: an input and an output that overlap other than in place.
-// The engine's check and the composition across hosts, which refuses before any of its
-// parts starts, ask this one question.
+// Buffers that no call may take: an input and an output that overlap other than in place,
+// and, on a device stream, buffers that are not the port's device memory. The engine's
+// check and the composition across hosts, which refuses before any of its parts starts
+// (naming the whole call, not a part), ask these questions.
 #pragma once
 
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "mimatrix/device/port.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -28,6 +30,20 @@ inline std::optional<std::string> overlap_problem(const schedule::descriptor& d,
          " bytes) without being in place (in place, the input starts " +
          std::to_string(d.in_place_input_offset(rank)) + " bytes into the output, or the output " +
          std::to_string(d.in_place_output_offset(rank)) + " bytes into the input)";
+}
+
+/// Why this rank's buffers of call `d` on a stream of `port` cannot be: named by the
+/// rank that holds them, rather than by the peer whose kernel would fault on them.
+inline std::optional<std::string> device_buffer_problem(const device::port& port, const schedule::descriptor& d,
+                                                        int rank, const void* in, const void* out) {
+  const bool reads_input = d.kind != schedule::collective::broadcast || rank == d.root;
+  for (const auto& [what, at, bytes] : {std::tuple{"input", in, reads_input ? d.input_bytes() : 0},
+                                        std::tuple{"output", out, d.output_bytes()}})
+    if (std::string bad = port.not_device_memory(at, bytes); !bad.empty())
+      return std::string("the ") + what + " (" + std::to_string(bytes) + " bytes) is " + bad +
+             ", not the device memory that a call on a stream of device::" + std::string(port.name()) +
+             "_port needs";
+  return std::nullopt;
 }
 
 }  // namespace mimatrix::detail

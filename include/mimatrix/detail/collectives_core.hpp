@@ -42,6 +42,11 @@ class collectives_core {
   MIMATRIX_DECL request broadcast(const void* input, void* output, std::size_t count, dtype type, int root,
                                   const call_options& options);
   MIMATRIX_DECL void barrier(const call_options& options);
+  /// This rank will not make its next call, which its peers make as a `kind`: each fails
+  /// it at once with `invalid_argument` and `why`, rather than waiting out its deadline,
+  /// and the calls after it still pair up (the parts of a composed call that this rank
+  /// cannot start, detail/across_hosts.hpp).
+  MIMATRIX_DECL void refuse(schedule::collective kind, const std::string& why);
 
   /// Whether the communicator it was made on still exists; its calls refuse once not.
   MIMATRIX_DECL bool communicator_open() const;

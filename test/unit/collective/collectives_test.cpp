@@ -118,6 +118,40 @@ TEST(collectives, a_value_outside_the_enums_is_an_invalid_argument_naming_the_ra
   });
 }
 
+// A dtype or op outside the enums, or an algorithm that does not exist, given by one rank
+// only: it threw before the call took a number, so its peers waited out their deadline
+// (and its next call paired with their last). They fail at once, and the next call pairs.
+TEST(collectives, a_call_that_one_rank_refuses_before_it_starts_fails_its_peers_at_once) {
+  for (int bad = 0; bad < 3; ++bad)
+    transport::run_inproc(3, [&](int r, inproc::world& w) {
+      communicator<inproc> comm(w, r);
+      comm.set_timeout(30s);
+      collectives<inproc> coll(comm);
+      std::int64_t x = r + 1;
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        if (r != 1)
+          coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum).wait();
+        else if (bad == 0)
+          coll.allreduce(&x, &x, 1, static_cast<dtype>(42), reduce::op_kind::sum).wait();
+        else if (bad == 1)
+          coll.allreduce(&x, &x, 1, dtype::int64, static_cast<reduce::op_kind>(9)).wait();
+        else
+          coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum,
+                         {.algorithm = "no_such_algorithm", .timeout = {}, .stream = {}, .tag = 0})
+              .wait();
+        ADD_FAILURE() << "rank " << r << ": accepted (" << bad << ")";
+      } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::invalid_argument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "rank " << r << " waited for its deadline";
+      x = r + 1;
+      coll.allreduce(&x, &x, 1, dtype::int64, reduce::op_kind::sum).wait();
+      EXPECT_EQ(x, 6);
+    });
+}
+
 TEST(collectives, a_per_call_deadline_replaces_the_communicators) {
   transport::run_inproc(2, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);

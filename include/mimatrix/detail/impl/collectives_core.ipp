@@ -12,17 +12,28 @@
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/schedule/signature.hpp"
 
 namespace mimatrix::detail {
 
 struct collectives_core::impl {
-  /// The kernels of (type, op); an unknown one is an `invalid_argument` naming the rank.
-  const reduce::host_kernels& kernels(dtype type, reduce::op_kind op) const {
+  /// The kernels of (type, op) for a `kind`; an unknown one is an `invalid_argument`
+  /// naming the rank, and this rank's peers fail the call at once.
+  const reduce::host_kernels& kernels(schedule::collective kind, dtype type, reduce::op_kind op) {
     try {
       return reduce::host_kernels_for(type, op);
     } catch (const error& e) {
-      throw error(errc::invalid_argument, "rank " + std::to_string(transport.rank) + ": " + e.reason());
+      const std::string why = "rank " + std::to_string(transport.rank) + ": " + e.reason();
+      refuse(kind, why);
+      throw error(errc::invalid_argument, why);
     }
+  }
+  void refuse(schedule::collective kind, const std::string& why) {
+    refuse_if_destroyed(alive, transport.rank, schedule::to_string(kind));
+    signature sig;
+    sig.kind = kind;
+    sig.sequence = comm.next_sequence(transport.rank, transport.progress);
+    transport.fail(transport.transport, sig, errc::invalid_argument, why);
   }
 
   /// One engine (and plan-cache owner) per algorithm name, made on first use; a call on
@@ -33,7 +44,14 @@ struct collectives_core::impl {
     if (auto it = engines.find(pinned); it != engines.end()) return it->second;
     refuse_if_destroyed(alive, transport.rank, schedule::to_string(kind));
     std::string name(pinned);
-    engine_core made(comm, transport, source(topology.get(), name, transport.rank, transport.size, suggested));
+    schedule_source bound;
+    try {
+      bound = source(topology.get(), name, transport.rank, transport.size, suggested);
+    } catch (const error& e) {  // an algorithm unknown, or not for the topology: the peers fail at once
+      refuse(kind, e.reason());
+      throw;
+    }
+    engine_core made(comm, transport, std::move(bound));
     return engines.emplace(std::move(name), std::move(made)).first->second;
   }
 
@@ -58,40 +76,44 @@ MIMATRIX_DECL collectives_core::~collectives_core() = default;
 MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type,
                                                   reduce::op_kind op, const call_options& options) {
   return impl_->engine(schedule::collective::allreduce, options).start(schedule::collective::allreduce, input, count, output, count, 0,
-                                      impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+                                      impl_->kernels(schedule::collective::allreduce, type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
                                                        reduce::op_kind op, const call_options& options) {
   return impl_->engine(schedule::collective::reduce_scatter, options).start(schedule::collective::reduce_scatter, input,
                                       count * std::size_t(impl_->transport.size), output, count, 0,
-                                      impl_->kernels(type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+                                      impl_->kernels(schedule::collective::reduce_scatter, type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type,
                                                   const call_options& options) {
   return impl_->engine(schedule::collective::allgather, options).start(schedule::collective::allgather, input, count, output,
                                       count * std::size_t(impl_->transport.size), 0,
-                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+                                      impl_->kernels(schedule::collective::allgather, type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type,
                                                   int root, const call_options& options) {
   return impl_->engine(schedule::collective::broadcast, options).start(schedule::collective::broadcast, input,
                                       impl_->transport.rank == root ? count : 0, output, count, root,
-                                      impl_->kernels(type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+                                      impl_->kernels(schedule::collective::broadcast, type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
 }
 
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
   std::uint8_t in = 0, out = 0;
   try {
     impl_->engine(schedule::collective::allreduce, options)
-        .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(dtype::uint8, reduce::op_kind::max),
+        .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(schedule::collective::allreduce, dtype::uint8, reduce::op_kind::max),
                options.timeout, nullptr, options.tag)
         .wait();
   } catch (const error& e) {  // the caller called barrier(), not the allreduce it is made of
     throw error(e.code(), "barrier (an allreduce of one byte): " + e.reason());
   }
+}
+
+MIMATRIX_DECL void collectives_core::refuse(schedule::collective kind, const std::string& why) {
+  impl_->refuse(kind, why);
 }
 
 }  // namespace mimatrix::detail

@@ -6,7 +6,6 @@
 #include <limits>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,19 +31,6 @@ struct engine_core::impl {
 
   std::optional<std::string> check(const schedule::descriptor& d, const void* in, std::size_t in_count, void* out,
                                    std::size_t out_count) const;
-  /// Why this rank's buffers of a call on a stream of `port` cannot be: named here, by the
-  /// rank that holds them, rather than by the peer whose kernel would fault on them.
-  static std::optional<std::string> device_buffer_problem(const device::port& port, const schedule::descriptor& d,
-                                                          int rank, const void* in, const void* out) {
-    const bool reads_input = d.kind != schedule::collective::broadcast || rank == d.root;
-    for (const auto& [what, at, bytes] : {std::tuple{"input", in, reads_input ? d.input_bytes() : 0},
-                                          std::tuple{"output", out, d.output_bytes()}})
-      if (std::string bad = port.not_device_memory(at, bytes); !bad.empty())
-        return std::string("the ") + what + " (" + std::to_string(bytes) + " bytes) is " + bad +
-               ", not the device memory that a call on a stream of device::" + std::string(port.name()) +
-               "_port needs";
-    return std::nullopt;
-  }
   /// Whether a call on `stream` takes the schedules built for device memory that every
   /// peer reaches (schedule_source::build_on_shared_device). Alike on every rank.
   bool on_shared_device(const device::stream* stream) const {
@@ -96,7 +82,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
-  if (!why && stream) why = impl::device_buffer_problem(*stream->device, desc, t.rank, in, out);
+  if (!why && stream) why = device_buffer_problem(*stream->device, desc, t.rank, in, out);
   if (!why && timeout && timeout->count() <= 0)
     why = "call_options::timeout is " + std::to_string(timeout->count()) +
           " ms; a deadline must be positive (unset: the communicator's)";

@@ -322,9 +322,9 @@ class endpoint {
     return nullptr;
   }
   bool any_failure() const { return !failures_.empty(); }
+  bool failed(std::uint64_t sequence) const { return failures_.count(sequence) != 0; }  // here or told so
   /// The failure of the latest call that failed, here or on another rank; null if none.
   const fabric::failure* latest_failure() const { return failures_.empty() ? nullptr : &failures_.rbegin()->second; }
-
   /// This rank runs (or refused) call `sequence`; a rank that closes tells how many it ran.
   void entered(std::uint64_t sequence) { calls_ = std::max(calls_, sequence + 1); }
   /// This rank runs `sig`, packed as `packed`: a peer that asks about it is answered from it.

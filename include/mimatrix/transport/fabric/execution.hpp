@@ -137,14 +137,7 @@ class execution final : public step_executor, private call {
       staging_ = ws_->staging.reserve(staged_bytes);
     }
     for (std::size_t k = std::min(slots, reduces_.size()); k > 0; --k) free_slots_.push_back(k - 1);
-    if (ep_->any_failure()) {  // late messages of failed calls
-      const auto now = static_cast<std::uint32_t>(sig.sequence) & wire::sequence_mask;
-      each_box([&](local_mailboxes& box) {
-        box.discard_if(-1, [&](std::uint64_t tag) {
-          return wire::earlier(static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits), now);
-        });
-      });
-    }
+    if (ep_->any_failure()) discard_late_messages();
     if (one_sided_)
       use_window();
     else if (!shared_ && !hmem_ && !direct_)
@@ -284,6 +277,7 @@ class execution final : public step_executor, private call {
   /// Cancels the receives still posted (a late message must not land in the caller's
   /// buffers), waits briefly for the provider to let go, and tells the others.
   void on_failure(errc code, bool tell_others) override;
+  void discard_late_messages();  // of earlier calls that failed, from the mailboxes
 
   // ---- mailboxes, messages between ranks on this host (execution_rings.hpp) ----------
 

@@ -24,6 +24,21 @@
 
 namespace mimatrix::transport::detail::fabric {
 
+// Only the failed calls' messages: an earlier call on a stream that has not failed may
+// still be in flight (calls on a stream start before the stream reaches them), its
+// messages not yet received (they were dropped once any call had failed).
+inline void execution::discard_late_messages() {
+  const std::uint64_t sequence = sig().sequence;
+  const auto now = static_cast<std::uint32_t>(sequence) & wire::sequence_mask;
+  each_box([&](local_mailboxes& box) {
+    box.discard_if(-1, [&](std::uint64_t tag) {
+      const auto call = static_cast<std::uint32_t>((tag & call_bits) >> wire::tag_bits);
+      const std::uint64_t back = (now - call) & wire::sequence_mask;
+      return wire::earlier(call, now) && back <= sequence && ep_->failed(sequence - back);
+    });
+  });
+}
+
 inline void execution::on_failure(errc code, bool tell_others) {
   // This call's messages still waiting would only fill the rings.
   const std::uint64_t mine = wire::data_tag(0, sig().sequence, 0) & call_bits;
