@@ -565,43 +565,52 @@ int direct_call_where_a_peer_dies(bool scatter) {
 MIMATRIX_SCENARIO(direct_peer_dies) { return direct_call_where_a_peer_dies(false); }
 MIMATRIX_SCENARIO(direct_peer_dies_in_reduce_scatter) { return direct_call_where_a_peer_dies(true); }
 
-// GDRAA's allreduce (or allgather) on peers' memory where rank 1 passes another count:
-// every rank fails with a mismatch instead of running passes over parts that do not line
-// up, and over shm the call after it (the same count everywhere) is exact. ASan once saw
-// the message read after it was freed.
-int direct_call_that_disagrees(bool gather) {
+// GDRAA's allreduce (or allgather) on peers' memory where rank 1 passes another count,
+// or its broadcast where rank 2 names itself the root and the others rank 0: every rank
+// fails with a mismatch instead of running passes over parts that do not line up (the
+// broadcast's ranks waited out their deadline: only the root was told at sync 1), and
+// over shm the call after it (the same everywhere) is exact. ASan once saw the message
+// read after it was freed.
+enum class disagreement { count, count_in_allgather, root };
+int direct_call_that_disagrees(disagreement differs) {
   device::host_port dev({.lag = 0us, .device_memory_only = true});
   communicator<fabric> comm;
   comm.set_timeout(20s);
   collectives<fabric, topology::mesh> mesh(comm);
   const int p = comm.size(), r = comm.rank();
+  const bool gather = differs == disagreement::count_in_allgather, cast = differs == disagreement::root;
   const device::stream s{&dev, dev.make_stream()};
   device_array<std::int32_t> data(dev, 3003, 1), all(dev, 3003 * std::size_t(p), 0);
-  const auto call = [&](device_array<std::int32_t>& in, std::size_t count) {
+  const auto call = [&](device_array<std::int32_t>& in, std::size_t count, int root) {
+    if (cast) return mesh.broadcast(in.data(), in.data(), count, dtype::int32, root, on(s, "gdraa"));
     return gather ? mesh.allgather(in.data(), all.data(), count, dtype::int32, on(s, "gdraa"))
                   : mesh.allreduce(in.data(), in.data(), count, dtype::int32, reduce::op_kind::sum, on(s, "gdraa"));
   };
+  const auto start = std::chrono::steady_clock::now();
   std::string what = "succeeded";
   try {
-    call(data, r == 1 ? 3003 : 3000).wait();
+    call(data, !cast && r == 1 ? 3003 : 3000, cast && r == 2 ? 2 : 0).wait();
   } catch (const error& e) {
     what = "CAUGHT " + e.code().message() + ": " + e.what();
   }
+  const bool in_time = std::chrono::steady_clock::now() - start < 10s;
   // Over the rxm providers a mismatch closes the endpoint on every rank (fabric/execution.hpp
   // says why), so the next call is tried over shm only.
   int wrong = 0;
   const bool next = comm.transport().provider() == "shm";
   device_array<std::int32_t> again(dev, 3000, 1);
-  if (next) call(again, 3000).wait();
+  if (next) call(again, 3000, 0).wait();
   for (std::size_t i = 0; next && i < (gather ? 3000 * std::size_t(p) : again.size()); ++i)
-    wrong += (gather ? all[i] : again[i]) != (gather ? 1 : p);
+    wrong += (gather ? all[i] : again[i]) != (gather || cast ? 1 : p);
   dev.free_stream(s.handle);
-  std::printf("rank %d: %s; the next call %s\n", r, what.c_str(), !next ? "not tried" : wrong ? "wrong" : "exact");
-  return what != "succeeded" && !wrong ? 0 : 1;
+  std::printf("rank %d: %s%s; the next call %s\n", r, what.c_str(), in_time ? "" : " (after the deadline)",
+              !next ? "not tried" : wrong ? "wrong" : "exact");
+  return what != "succeeded" && !wrong && in_time ? 0 : 1;
 }
 
-MIMATRIX_SCENARIO(direct_mismatch) { return direct_call_that_disagrees(false); }
-MIMATRIX_SCENARIO(direct_mismatch_in_allgather) { return direct_call_that_disagrees(true); }
+MIMATRIX_SCENARIO(direct_mismatch) { return direct_call_that_disagrees(disagreement::count); }
+MIMATRIX_SCENARIO(direct_mismatch_in_allgather) { return direct_call_that_disagrees(disagreement::count_in_allgather); }
+MIMATRIX_SCENARIO(direct_mismatch_of_roots) { return direct_call_that_disagrees(disagreement::root); }
 
 class device_sharing : public ::testing::TestWithParam<std::string> {};
 
@@ -708,7 +717,7 @@ TEST_P(device_sharing, an_abort_fails_device_calls_in_flight_and_lets_their_stre
 }
 
 TEST_P(device_sharing, ranks_that_disagree_in_a_direct_gdraa_call_all_fail_with_a_mismatch) {
-  for (const char* scenario : {"direct_mismatch", "direct_mismatch_in_allgather"}) {
+  for (const char* scenario : {"direct_mismatch", "direct_mismatch_in_allgather", "direct_mismatch_of_roots"}) {
     const auto result = test::run_ranks(3, GetParam(), scenario, mailboxes_on);
     EXPECT_EQ(result.exit_code, 0) << scenario << "\n" << test::all_output(result);
     for (int r = 0; r < 3; ++r) {

@@ -73,8 +73,8 @@ class gdraa {
   /// stream has reached the call; sync 2, that a pass which reads or writes them has run.
   /// Allreduce has both already. Reduce-scatter gains sync 2 (the owner of a block has
   /// read it, so its holder may reuse its input); allgather gains sync 1 (a rank's output
-  /// may be written); in a broadcast every other rank tells the root (sync 1), whose
-  /// writes follow its copy (sync 2). On host memory these would be one needless
+  /// may be written); in a broadcast every rank tells every other (sync 1), and the
+  /// root's writes follow its copy (sync 2). On host memory these would be one needless
   /// synchronization more, so build() leaves them out.
   schedule::schedule build_on_shared_device(const topology::mesh& topo, const schedule::descriptor& desc,
                                             int rank) const {
@@ -98,14 +98,19 @@ class gdraa {
         build_allgather(b, b.wait(sync_1, others));
         break;
       case schedule::collective::broadcast: {
+        // Every rank tells every other, not the root alone: each then sees every peer's
+        // call, its root included, and ranks that name different roots fail with a
+        // mismatch rather than each wait for a root that waits for them (a black-box test).
         const region in{buffer::input, 0, desc.count * desc.elem_size}, out{buffer::output, 0, in.bytes};
+        for (int j = 0; j < p; ++j)
+          if (j != r) b.notify(j, sync_1);
+        const schedule::step_id told = b.wait(sync_1, others);
         if (r != desc.root) {
-          b.notify(desc.root, sync_1);
           b.wait(sync_2, 1);
           break;
         }
         // In place the copy rewrites the input with itself; the writes read it after.
-        const schedule::step_id copied = b.copy(in, out, {b.wait(sync_1, others)});
+        const schedule::step_id copied = b.copy(in, out, {told});
         for (int j = 0; j < p; ++j)
           if (j != r) b.write(j, sync_2, in, out, {copied});
         break;

@@ -52,15 +52,15 @@ class direct_collective {
       case collective::allreduce: return true;
       case collective::reduce_scatter:
       case collective::allgather: return waits == 2;
-      case collective::broadcast: return plan.rank == plan.desc.root ? waits == 1 : notifies == 1;
+      case collective::broadcast:  // build()'s root waits for nothing, its others for one write
+        return waits == (plan.rank == plan.desc.root ? 1 : 2) && notifies == plan.desc.size - 1;
     }
     return false;
   }
 
   /// Reads the tags of the two synchronizations and every owner's part from GDRAA's
-  /// schedule (algorithm/gdraa.hpp). The waits come in order, sync 1's first, except in a
-  /// broadcast, where the root waits for sync 1 alone and every other rank for sync 2
-  /// alone. An allreduce's sync-1 write to owner j reads shard j of the input, and its
+  /// schedule (algorithm/gdraa.hpp). The waits come in order, sync 1's first; a
+  /// broadcast's root waits for sync 1 alone, and its writes are sync 2. An allreduce's sync-1 write to owner j reads shard j of the input, and its
   /// reduce_slots writes this rank's shard; the blocks of the other collectives follow
   /// from the descriptor (a broadcast's root owns the whole buffer).
   explicit direct_collective(const schedule::schedule& plan)
@@ -71,14 +71,14 @@ class direct_collective {
         inputs_(std::size_t(plan.desc.size), nullptr),
         outputs_(std::size_t(plan.desc.size), nullptr) {
     const bool broadcast = kind_ == schedule::collective::broadcast;
-    int k = broadcast && rank_ != root_ ? 1 : 0;
+    int k = 0;
     for (schedule::step_id id = 0; id < plan.steps.size(); ++id) {
       const schedule::step& st = plan.steps[id];
       if (st.kind == schedule::step_kind::wait && st.count > 0 && k < 2) {
         tags_[k] = st.tag;
         waits_[k++] = id;
       }
-      if (broadcast && schedule::is_one_sided(st.kind)) tags_[rank_ == root_ ? 1 : 0] = st.tag;
+      if (broadcast && st.kind == schedule::step_kind::write) tags_[1] = st.tag;
     }
     const std::size_t block = plan.desc.count * plan.desc.elem_size;
     for (int j = 0; j < plan.desc.size; ++j) {
@@ -101,13 +101,11 @@ class direct_collective {
     }
   }
 
-  /// The synchronizations that peer `j` sends this rank, [first, end): both from every
-  /// peer, except in a broadcast, where the root hears sync 1 from every rank and every
-  /// other rank hears sync 2 from the root alone.
-  int first_sync_from(int j) const {
-    return kind_ != schedule::collective::broadcast || rank_ == root_ ? 0 : j == root_ ? 1 : 2;
+  /// How many synchronizations peer `j` sends this rank, sync 1 first: both from every
+  /// peer, except in a broadcast, where sync 2 comes from the root alone, to the others.
+  int syncs_from(int j) const {
+    return kind_ != schedule::collective::broadcast || (rank_ != root_ && j == root_) ? 2 : 1;
   }
-  int end_sync_from(int) const { return kind_ == schedule::collective::broadcast && rank_ == root_ ? 1 : 2; }
 
   /// Which synchronization a write or notify of the schedule is: 0 (sync 1) or 1 (sync 2).
   int sync_of(const schedule::step& st) const { return st.tag == tags_[0] ? 0 : 1; }
@@ -125,8 +123,12 @@ class direct_collective {
   std::size_t wanted_output_bytes() const {
     return kind_ == schedule::collective::reduce_scatter ? 0 : parts_[std::size_t(rank_)].output.bytes;
   }
-  /// The bytes the pass reads from each source and writes to each destination.
-  std::size_t part_bytes() const { return std::max(wanted_input_bytes(), wanted_output_bytes()); }
+  /// The bytes the pass reads from each source and writes to each destination (a
+  /// broadcast's: the root's buffer, on every rank).
+  std::size_t part_bytes() const {
+    if (kind_ == schedule::collective::broadcast) return parts_[std::size_t(root_)].output.bytes;
+    return std::max(wanted_input_bytes(), wanted_output_bytes());
+  }
 
   /// Where this rank's part lies in rank `r`'s input and output, as this rank reaches them
   /// (null where the pass neither reads nor writes there).

@@ -9,6 +9,7 @@
 #include <span>
 #include <string_view>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mimatrix/schedule/format.hpp"
@@ -115,9 +116,8 @@ TEST(gdraa, the_other_collectives_synchronize_once) {
 
 // On device memory that every rank reaches each rank runs its part as one pass over the
 // others' memory, so every collective needs both synchronizations: sync 1 (where a rank's
-// buffers lie) before the pass, sync 2 (the pass has run) after it. The reduce-scatter's
-// and allgather's gain a notify to every peer, a broadcast's other ranks one to the root;
-// the allreduce is build()'s.
+// buffers lie) before the pass, sync 2 (the pass has run) after it. The reduce-scatter's,
+// allgather's and broadcast's gain a notify to every peer; the allreduce is build()'s.
 TEST(gdraa, on_shared_device_memory_every_collective_synchronizes_twice) {
   const algorithm::gdraa g;
   for (int p : {2, 7})
@@ -138,22 +138,22 @@ TEST(gdraa, on_shared_device_memory_every_collective_synchronizes_twice) {
       }
       const schedule::descriptor all{collective::allreduce, p, 10, 4, 0};
       EXPECT_EQ(schedule::to_text(g.build_on_shared_device({}, all, r)), schedule::to_text(g.build({}, all, r)));
-      // A broadcast's root waits for every other rank's sync 1, copies, then writes each
-      // its output (sync 2); the others notify the root and wait for that one write.
+      // In a broadcast every rank notifies every other (sync 1), so that each sees every
+      // peer's root; the root waits for them, copies, then writes each its output (sync 2);
+      // the others wait for sync 1 and for that one write.
       const auto cast = g.build_on_shared_device({}, {collective::broadcast, p, 10, 4, 1}, r);
-      int waits = 0, writes = 0, notifies = 0;
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> waited;  // tag, count
+      int writes = 0, notifies = 0;
       for (const auto& st : cast.steps) {
-        if (st.kind == step_kind::wait) {
-          ++waits;
-          EXPECT_EQ(st.tag, r == 1 ? algorithm::gdraa::sync_1 : algorithm::gdraa::sync_2);
-          EXPECT_EQ(st.count, r == 1 ? std::uint32_t(p - 1) : 1u);
-        }
+        if (st.kind == step_kind::wait) waited.emplace_back(st.tag, st.count);
         writes += st.kind == step_kind::write && st.tag == algorithm::gdraa::sync_2;
-        notifies += st.kind == step_kind::notify && st.tag == algorithm::gdraa::sync_1 && st.peer == 1;
+        notifies += st.kind == step_kind::notify && st.tag == algorithm::gdraa::sync_1;
       }
-      EXPECT_EQ(waits, 1) << schedule::to_text(cast);
+      std::vector<std::pair<std::uint32_t, std::uint32_t>> want{{algorithm::gdraa::sync_1, std::uint32_t(p - 1)}};
+      if (r != 1) want.emplace_back(algorithm::gdraa::sync_2, 1u);
+      EXPECT_EQ(waited, want) << schedule::to_text(cast);
       EXPECT_EQ(writes, r == 1 ? p - 1 : 0);
-      EXPECT_EQ(notifies, r == 1 ? 0 : 1);
+      EXPECT_EQ(notifies, p - 1);
     }
   const schedule::descriptor one{collective::allgather, 1, 10, 4, 0};
   EXPECT_EQ(schedule::to_text(g.build_on_shared_device({}, one, 0)), schedule::to_text(g.build({}, one, 0)));

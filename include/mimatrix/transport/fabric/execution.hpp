@@ -116,9 +116,7 @@ class execution final : public step_executor, private call {
     } else if (direct_) {  // a GDRAA collective straight on the peers' device memory
       run_on_device(*caller, *resources, 0, /*with_scratch=*/false);
       run_directly(*direct_);
-      direct_taken_.resize(std::size_t(this->plan().desc.size));
-      for (int peer = 0; peer < this->plan().desc.size; ++peer)
-        direct_taken_[std::size_t(peer)] = std::uint8_t(direct_->first_sync_from(peer));
+      direct_taken_.assign(std::size_t(this->plan().desc.size), 0);
     } else if (caller) {  // device buffers the provider cannot move: the call runs on host copies
       // A one-sided call's output is in the window until conclude() copies it out whole.
       stage_through_host(*caller, *resources, input, output, !one_sided_);

@@ -44,7 +44,7 @@ inline bool execution::take_direct() {
   for (int peer = 0; peer < plan().desc.size; ++peer) {
     if (peer == plan().rank) continue;
     std::uint8_t& taken = direct_taken_[std::size_t(peer)];
-    while (taken < d.end_sync_from(peer) && !finished()) {
+    while (taken < d.syncs_from(peer) && !finished()) {
       const std::uint32_t sync = d.tag(taken);
       const local_mailboxes::message* m = small_->try_peek(peer, wire::data_tag(peer, sig().sequence, sync));
       if (!m) break;
