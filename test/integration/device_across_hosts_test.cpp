@@ -451,6 +451,9 @@ TEST_P(device_across_hosts, a_rank_that_dies_fails_every_survivors_other_collect
 TEST_P(device_across_hosts, ranks_that_name_roots_of_one_local_index_on_two_hosts_never_take_the_wrong_data) {
   const auto result = test::run_ranks(4, GetParam(), "across_hosts_roots_disagree", {}, 60s);
   EXPECT_NE(result.output[1].find("CAUGHT ranks disagree"), std::string::npos) << test::all_output(result);
+  // The parts' tag, which the mismatch prints, is read for the reader: it carries the root.
+  EXPECT_NE(result.output[1].find("carries root 2: another tag there is another root"), std::string::npos)
+      << test::all_output(result);
   for (int r = 0; r < 4; ++r)
     EXPECT_EQ(result.output[std::size_t(r)].find("OTHER data"), std::string::npos) << test::all_output(result);
 }

@@ -141,11 +141,14 @@ class across_hosts {
     composed_call call = begin("a broadcast of " + std::to_string(count) + " elements from rank " + std::to_string(root),
                                schedule::collective::broadcast, count, type, root, rank_ == root ? input : nullptr,
                                output, options);
+    // A mismatch of that tag means ranks named different roots: the error says so.
+    const std::string tagged = " (its tag " + std::to_string(options.tag) + " carries root " + std::to_string(root) +
+                               ": another tag there is another root, or another call_options::tag)";
     if (carries)
-      call.part(hosts_calls_, schedule::collective::broadcast, "its broadcast across the hosts", [&] {
+      call.part(hosts_calls_, schedule::collective::broadcast, "its broadcast across the hosts" + tagged, [&] {
         return hosts_calls_.broadcast(rank_ == root ? input : nullptr, output, count, type, root_host, options);
       });
-    call.part(local_calls_, schedule::collective::broadcast, "its broadcast within the host", [&] {
+    call.part(local_calls_, schedule::collective::broadcast, "its broadcast within the host" + tagged, [&] {
       return local_calls_.broadcast(carries ? output : nullptr, output, count, type, root_local, options);
     });
     return call.finish();
