@@ -403,7 +403,7 @@ class endpoint {
   ssize_t post_control(posted_op* r, int peer, std::size_t len) {
     if (!ep_) return -FI_ENOTCONN;  // disable()d: the message is dropped
     return watched("fi_tsend", peer, [&] {
-      return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag(rank_),
+      return fi_tsend(ep_, r->payload.data(), len, nullptr, peers_[std::size_t(peer)], wire::control_tag,
                       &r->ctx);
     });
   }

@@ -86,8 +86,8 @@ inline void endpoint::post_control_receive(posted_op* r) {
   r->payload.resize(wire::control_message::capacity);
   ssize_t ret;
   const auto post = [&] {
-    return fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC, wire::control_bit,
-                    wire::control_ignore, &r->ctx);
+    return fi_trecv(ep_, r->payload.data(), r->payload.size(), nullptr, FI_ADDR_UNSPEC, wire::control_tag, 0,
+                    &r->ctx);
   };
   while ((ret = watched("fi_trecv", -1, post)) == -FI_EAGAIN)
     progress();

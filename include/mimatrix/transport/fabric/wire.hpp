@@ -19,9 +19,10 @@ namespace mimatrix::transport::detail::fabric {
 
 /// Tag layout, high bit first:
 ///   [63] control | [62..43] sender rank (20 bits) | [42..28] call sequence mod 2^15 |
-///   [27..0] the schedule's tag.
+///   [27..0] the schedule's tag; a control message's tag is the control bit alone.
 /// The sender's rank is in the tag so providers without directed receive still match a
-/// receive to the one peer it names; the sequence keeps calls apart.
+/// receive to the one peer it names; the sequence keeps calls apart. Every receive names
+/// its whole tag (no ignore mask: control_tag says why).
 namespace wire {
 constexpr std::uint64_t control_bit = std::uint64_t(1) << 63;
 constexpr int rank_bits = 20, sequence_bits = 15, tag_bits = 28;
@@ -32,16 +33,17 @@ constexpr std::uint64_t data_tag(int sender, std::uint64_t sequence, std::uint32
   return (std::uint64_t(sender) << (sequence_bits + tag_bits)) |
          ((sequence & ((std::uint64_t(1) << sequence_bits) - 1)) << tag_bits) | (tag & max_tag);
 }
-constexpr std::uint64_t control_tag(int sender) {
-  return control_bit | (std::uint64_t(sender) << (sequence_bits + tag_bits));
-}
+/// Every control message carries this one tag (its sender is in the message), so that
+/// control receives, which take any of them, are posted without an ignore mask. Through
+/// libfabric 1.17's shm, a receive entry keeps the mask of the receive that last used it,
+/// and an unexpected data message that reuses one matches any receive posted after it:
+/// data went to the wrong receive, and a call hung (docs/transports.md).
+constexpr std::uint64_t control_tag = control_bit;
 /// Through a mailbox, a receiver's word that it has read a sender's device memory
 /// (execution_shared.hpp): the data tag with the control bit, apart from every data tag.
 constexpr std::uint64_t read_tag(int receiver, std::uint64_t sequence, std::uint32_t tag) {
   return control_bit | data_tag(receiver, sequence, tag);
 }
-/// A control receive matches any control message from anyone.
-constexpr std::uint64_t control_ignore = ~control_bit;
 
 /// A 16-bit digest of an algorithm's name (FNV-1a folded), as packed signatures carry it.
 constexpr std::uint16_t algorithm_digest(std::string_view algorithm) {
