@@ -57,7 +57,25 @@ struct two_hosts {
   const int p = comm.size(), r = comm.rank();
   const device::stream s{&dev, dev.make_stream()};
   const call_options on_stream{.algorithm = {}, .timeout = {}, .stream = s, .tag = 0};
+
+  /// An allreduce of `data` (each rank's r + 1) through to its stream: every group within
+  /// and across the hosts has met before the call a scenario tests.
+  void warm_up(device_array<std::int64_t>& data) {
+    coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+    dev.synchronize(s.handle);
+  }
 };
+
+/// "succeeded", or "CAUGHT <code>: <what>" for the error that `call` threw.
+template <class Call>
+std::string outcome(Call&& call) {
+  try {
+    call();
+  } catch (const error& e) {
+    return "CAUGHT " + e.code().message() + ": " + e.what();
+  }
+  return "succeeded";
+}
 
 MIMATRIX_SCENARIO(allreduce_across_hosts) {
   two_hosts job(30s);
@@ -292,13 +310,11 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
   two_hosts job(5s);
   [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
   device_array<std::int64_t> data(dev, 100'000, r + 1);
-  coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
-  dev.synchronize(s.handle);
+  job.warm_up(data);
   if (r == 3) std::_Exit(0);
-  std::string what = "succeeded";
   const std::string collective = std::getenv("COLLECTIVE") ? std::getenv("COLLECTIVE") : "allreduce";
   device_array<std::int64_t> all(dev, data.size() * std::size_t(p));
-  try {
+  const std::string what = outcome([&] {
     if (collective == "allgather")  // rank 1's broadcast from the other host fails; its gathers must too
       coll.allgather(data.data(), all.data(), data.size(), dtype::int64, on_stream).wait();
     else if (collective == "reduce_scatter")  // rank 2 fails within its host, rank 1 across: rank 0 must fail too
@@ -307,9 +323,7 @@ MIMATRIX_SCENARIO(across_hosts_peer_dies) {
       coll.broadcast(r == 1 ? data.data() : nullptr, data.data(), data.size(), dtype::int64, 1, on_stream).wait();
     else
       coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
-  } catch (const error& e) {
-    what = "CAUGHT " + e.code().message() + ": " + e.what();
-  }
+  });
   dev.synchronize(s.handle);  // the stream goes on
   std::printf("rank %d: %s\n", r, what.c_str());
   return 0;
@@ -322,18 +336,15 @@ MIMATRIX_SCENARIO(across_hosts_roots_disagree) {
   two_hosts job(5s);
   [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
   device_array<std::int64_t> data(dev, 10'001, r + 1);
-  coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
-  dev.synchronize(s.handle);
+  job.warm_up(data);
   const int root = r == 1 ? 2 : 0;
   dev.enqueue(s.handle, [&] { std::fill_n(data.data(), data.size(), std::int64_t(100 + r)); });
-  std::string what;
-  try {
+  std::string what = outcome([&] {
     coll.broadcast(data.data(), data.data(), data.size(), dtype::int64, root, on_stream).wait();
     dev.synchronize(s.handle);
+  });
+  if (what == "succeeded")
     what = data[0] == 100 + root && data[data.size() - 1] == 100 + root ? "root's data" : "OTHER data";
-  } catch (const error& e) {
-    what = "CAUGHT " + e.code().message() + ": " + e.what();
-  }
   dev.synchronize(s.handle);
   std::printf("rank %d: %s\n", r, what.c_str());
   return 0;
@@ -356,8 +367,7 @@ MIMATRIX_SCENARIO(across_hosts_one_rank_refuses) {
   const std::int64_t* input = !bad ? in.data() : overlap ? out.data() + 1 : host.data();
   std::int64_t* output = bad && !overlap ? host.data() : out.data();
   const auto start = std::chrono::steady_clock::now();
-  std::string what = "succeeded";
-  try {
+  const std::string what = outcome([&] {
     if (collective == "allreduce")
       coll.allreduce(input, out.data(), n, dtype::int64, reduce::op_kind::sum, on_stream).wait();
     else if (collective == "reduce_scatter")
@@ -367,9 +377,7 @@ MIMATRIX_SCENARIO(across_hosts_one_rank_refuses) {
     else
       coll.broadcast(in.data(), bad && overlap ? in.data() + 1 : output, n, dtype::int64, overlap ? 1 : 0, on_stream)
           .wait();
-  } catch (const error& e) {
-    what = "CAUGHT " + e.code().message() + ": " + e.what();
-  }
+  });
   const auto took = std::chrono::steady_clock::now() - start;
   dev.synchronize(s.handle);
   std::printf("rank %d: %s after %lld ms\n", r, what.c_str(),
@@ -383,7 +391,7 @@ MIMATRIX_SCENARIO(across_hosts_abort) {
   two_hosts job(30s);
   [[maybe_unused]] auto& [placed, dev, comm, coll, p, r, s, on_stream] = job;
   device_array<std::int64_t> data(dev, 100'000, r + 1);
-  coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
+  job.warm_up(data);
   if (r == 3) std::this_thread::sleep_for(1500ms);
   std::thread watchdog;
   if (r == 0)
@@ -392,12 +400,9 @@ MIMATRIX_SCENARIO(across_hosts_abort) {
       comm.abort("the test's watchdog");
     });
   const auto start = std::chrono::steady_clock::now();
-  std::string what = "succeeded";
-  try {
+  const std::string what = outcome([&] {
     coll.allreduce(data.data(), data.data(), data.size(), dtype::int64, reduce::op_kind::sum, on_stream).wait();
-  } catch (const error& e) {
-    what = "CAUGHT " + e.code().message() + ": " + e.what();
-  }
+  });
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   if (watchdog.joinable()) watchdog.join();
   dev.synchronize(s.handle);
