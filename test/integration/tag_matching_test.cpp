@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -56,11 +57,13 @@ std::shared_ptr<const schedule::schedule> plan(int rank, bool warm_up) {
   return std::make_shared<const schedule::schedule>(std::move(b).build());
 }
 
+/// Starts this rank's part of call `sequence`; `then` runs once it is posted, before the wait.
 std::error_code run(fabric& f, std::uint64_t sequence, bool warm_up, const std::vector<std::int32_t>& in,
-                    std::vector<std::int32_t>& out, std::string& message) {
+                    std::vector<std::int32_t>& out, std::string& message, const std::function<void()>& then = {}) {
   auto op = f.start(plan(f.rank(), warm_up), reinterpret_cast<const std::byte*>(in.data()),
                     reinterpret_cast<std::byte*>(out.data()), call(sequence),
                     reduce::host_kernels_of<reduce::sum<std::int32_t>>, 5s);
+  if (then) then();
   std::error_code ec;
   op->wait(ec);
   message = op->message();
@@ -78,13 +81,8 @@ MIMATRIX_SCENARIO(unexpected_after_control) {
   if (me == 0) {
     // A control message, then the call's two messages: rank 1 reads all three at once.
     f.fail(call(1), errc::aborted, "a control message ahead of the data");
-    const auto sent = f.start(plan(0, false), reinterpret_cast<const std::byte*>(in.data()),
-                              reinterpret_cast<std::byte*>(out.data()), call(2),
-                              reduce::host_kernels_of<reduce::sum<std::int32_t>>, 5s);
-    f.store()->set("two_halves_sent", {std::byte{1}});
-    std::error_code ec;
-    sent->wait(ec);
-    if (ec) return std::printf("rank 0: %s\n", sent->message().c_str()), 1;
+    if (run(f, 2, false, in, out, message, [&] { f.store()->set("two_halves_sent", {std::byte{1}}); }))
+      return std::printf("rank 0: %s\n", message.c_str()), 1;
     return std::printf("rank 0: both halves taken\n"), 0;
   }
   (void)f.store()->get("two_halves_sent", 30s);
