@@ -106,18 +106,15 @@ class recursive_doubling {
     const schedule::region in{buffer::input, 0, bytes}, out{buffer::output, 0, bytes};
     const auto rank_at = [&](int position) { return (position + d.root) % p; };
     const int span = v == 0 ? int(std::bit_ceil(unsigned(p))) : (v & -v);
-    std::vector<schedule::step_id> sent;
-    const schedule::step_id got = v == 0 ? 0 : b.recv(rank_at(v - span), 0, out);
+    std::vector<schedule::step_id> sent, after;  // after: what the next send waits for
+    if (v != 0) after.push_back(b.recv(rank_at(v - span), 0, out));
     // One send after another, the largest subtree first: sent at once, they would share
     // the rank's link, and the first child would start its own sends only when all of
     // them were done (lg p (lg p + 1)/2 times nβ instead of lg p, seen in the simulator).
     for (int mask = span / 2; mask >= 1; mask /= 2) {
       if (v + mask >= p) continue;
-      const schedule::region src = v == 0 ? in : out;
-      if (!sent.empty())
-        sent.push_back(b.send(rank_at(v + mask), 0, src, {sent.back()}));
-      else
-        sent.push_back(v == 0 ? b.send(rank_at(v + mask), 0, src) : b.send(rank_at(v + mask), 0, src, {got}));
+      sent.push_back(b.add(schedule::step_kind::send, rank_at(v + mask), 0, v == 0 ? in : out, {}, after));
+      after.assign(1, sent.back());
     }
     // After the sends: in place the root's input is its output (the copy is then a no-op).
     if (v == 0) b.add(schedule::step_kind::copy, -1, 0, in, out, sent);
