@@ -837,7 +837,13 @@ TEST(fabric_failure_broadcast, a_message_left_unreceived_is_refused_by_the_call_
   const auto r = test::run_ranks(2, "tcp;ofi_rxm", "a_message_left_unreceived_meets_the_call_2_15_later", {},
                                  std::chrono::seconds(20));
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
-  EXPECT_NE(r.output[0].find("EXACT"), std::string::npos) << test::all_output(r);  // the root only sends
+  // The root only sends: its call ends exact, or, where rank 1's refusal reaches it before
+  // its send completes (1 run in 40 with both cores busy), fails naming that refusal.
+  const std::string root = caught(r, 0);
+  if (root.empty())
+    EXPECT_NE(r.output[0].find("EXACT"), std::string::npos) << test::all_output(r);
+  else
+    EXPECT_NE(root.find("rank 1's fabric endpoint was closed after broadcast #32768"), std::string::npos) << root;
   const std::string line = caught(r, 1);
   EXPECT_NE(line.find("CAUGHT ranks disagree on the collective"), std::string::npos) << test::all_output(r);
   EXPECT_NE(line.find("a message of rank 0 left unreceived by broadcast #0 reached this rank's broadcast #32768"),
