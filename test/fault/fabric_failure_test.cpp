@@ -377,36 +377,40 @@ MIMATRIX_SCENARIO(broadcast_roots_disagree) {
 // Every rank the root of broadcast #0 over tcp: the call ends everywhere and its messages
 // stay unreceived. Broadcast #2^15 of the same shape has the same tags. Prints what each
 // rank saw: FIRST (#0 failed), LOOP (a call between failed), CAUGHT (#2^15 failed), EXACT
-// or WRONG.
+// or WRONG; then CLOSED <ms>, how long its communicator's end took.
 MIMATRIX_SCENARIO(a_message_left_unreceived_meets_the_call_2_15_later) {
-  communicator<fabric> comm;
-  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
-  collectives<fabric> coll(comm);
-  call_options ring;
-  ring.algorithm = "ring";
-  const int r = comm.rank();
-  std::vector<float> x(64, float(100 + r));
-  try {
-    coll.broadcast(x.data(), x.data(), x.size(), dtype::float32, r, ring).wait();
-    std::int8_t one = 1;
-    for (int k = 1; k < (1 << 15); ++k) coll.allreduce(&one, &one, 1, dtype::int8, reduce::op_kind::max).wait();
-  } catch (const error& e) {
-    std::printf("FIRST or LOOP %s: %s\n", e.code().message().c_str(), e.what());
-    return 0;
+  std::string seen;
+  clock_type::time_point ended;
+  {
+    communicator<fabric> comm;
+    comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+    collectives<fabric> coll(comm);
+    call_options ring;
+    ring.algorithm = "ring";
+    const int r = comm.rank();
+    seen = [&]() -> std::string {
+      std::vector<float> x(64, float(100 + r));
+      try {
+        coll.broadcast(x.data(), x.data(), x.size(), dtype::float32, r, ring).wait();
+        std::int8_t one = 1;
+        for (int k = 1; k < (1 << 15); ++k) coll.allreduce(&one, &one, 1, dtype::int8, reduce::op_kind::max).wait();
+      } catch (const error& e) {
+        return "FIRST or LOOP " + e.code().message() + ": " + e.what();
+      }
+      std::vector<float> y(64, r == 0 ? 7.f : -1.f);
+      try {
+        coll.broadcast(y.data(), y.data(), y.size(), dtype::float32, 0, ring).wait();
+      } catch (const error& e) {
+        return "CAUGHT " + e.code().message() + " 0: " + e.what();
+      }
+      for (float v : y)
+        if (v != 7.f) return "WRONG " + std::to_string(v);
+      return "EXACT";
+    }();
+    ended = clock_type::now();
   }
-  std::vector<float> y(64, r == 0 ? 7.f : -1.f);
-  try {
-    coll.broadcast(y.data(), y.data(), y.size(), dtype::float32, 0, ring).wait();
-  } catch (const error& e) {
-    std::printf("CAUGHT %s 0: %s\n", e.code().message().c_str(), e.what());
-    return 0;
-  }
-  for (float v : y)
-    if (v != 7.f) {
-      std::printf("WRONG %g\n", double(v));
-      return 0;
-    }
-  std::printf("EXACT\n");
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - ended).count();
+  std::printf("%s\nCLOSED %lld\n", seen.c_str(), static_cast<long long>(ms));
   return 0;
 }
 
@@ -832,11 +836,17 @@ TEST(fabric_failure_broadcast, ranks_that_finished_a_call_another_rank_failed_ar
 // tcp, without a word (the tag carries the sequence mod 2^15). Now the packed signature
 // differs by the sequence's higher bits: rank 1 fails with mismatch naming call #0. And
 // rank 0, whose call succeeded, no longer waits 60 s (the start-up timeout) at its
-// communicator's end for rank 1, whose endpoint the mismatch disabled.
+// communicator's end for rank 1, whose endpoint the mismatch disabled. The 2^15 calls
+// take 2-8 s, over 20 with both cores busy: the ranks time their communicators' end.
 TEST(fabric_failure_broadcast, a_message_left_unreceived_is_refused_by_the_call_2_15_later) {
   const auto r = test::run_ranks(2, "tcp;ofi_rxm", "a_message_left_unreceived_meets_the_call_2_15_later", {},
-                                 std::chrono::seconds(20));
+                                 std::chrono::seconds(120));
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  for (const std::string& out : r.output) {
+    const auto at = out.find("CLOSED ");
+    ASSERT_NE(at, std::string::npos) << out;
+    EXPECT_LT(std::stoll(out.substr(at + 7)), 10'000) << "a communicator's end waited for its peer:\n" << out;
+  }
   // The root only sends: its call ends exact, or, where rank 1's refusal reaches it before
   // its send completes (1 run in 40 with both cores busy), fails naming that refusal.
   const std::string root = caught(r, 0);
