@@ -26,7 +26,7 @@ refuses() {
   fi
 }
 helps() {
-  timeout 30 "${bin[$1]}" --help >"$log" 2>&1 && grep -q "usage" "$log" || { echo "FAIL: $1 --help"; cat "$log"; failed=1; }
+  timeout 30 "${bin[$1]}" --help >"$log" 2>&1 && grep -qi "usage" "$log" || { echo "FAIL: $1 --help"; cat "$log"; failed=1; }
 }
 
 for name in "${!bin[@]}"; do helps "$name"; done
@@ -46,6 +46,25 @@ if [[ -v bin[scale_studies] ]]; then
 fi
 if [[ -v bin[sufficient_factor_bench] ]]; then
   refuses sufficient_factor_bench "takes no arguments, not '8'" 8
+fi
+if [[ -v bin[allreduce_perf] ]]; then
+  refuses allreduce_perf "expected a size such as 8, 64K, 32M or 1G, below 8E bytes" -e 1e30
+  refuses allreduce_perf "expected a size such as 8, 64K, 32M or 1G, below 8E bytes" -b nan
+  refuses allreduce_perf "minbytes 0 with stepfactor 2 stays 0" -b 0 -e 64 -f 2
+  refuses allreduce_perf "invalid value '2' for --blocking: expected 0 or 1" -z 2
+  # Checked before the sweep, on every rank alike (nccl-tests: after it, exit 0).
+  refuses allreduce_perf "-J /nonexistent/x.json: cannot write there" --ranks 2 -b 8 -e 8 -n 1 -W 0 -J /nonexistent/x.json
+  # Buffers for the largest size first, as nccl-tests makes them: no 4 EB anywhere.
+  refuses allreduce_perf "rank 1: no buffers for the largest size, 4000000000000000000 bytes" --ranks 2 -b 4e18 -e 4e18
+  if [[ -v bin[mimatrix-run] ]]; then
+    refuses mimatrix-run "--ranks 4, but the launcher started 2 ranks" -n 2 "${bin[allreduce_perf]}" --ranks 4 -b 8 -e 8
+    # A root of its own on each rank: over tcp, small broadcasts moved no data and each
+    # rank checked its own as right (a black-box test).
+    refuses mimatrix-run "rank 1 was given -r 1, rank 0 -r 0: every rank must be given the same flags" \
+      -n 2 -x MIMATRIX_PROVIDER="tcp;ofi_rxm" bash -c "exec ${bin[broadcast_perf]} -b 1K -e 1K -n 1 -w 0 -W 0 -r \$RANK"
+    refuses mimatrix-run "rank 1 was given another --algo than rank 0's ('ring')" \
+      -n 2 bash -c "exec ${bin[allreduce_perf]} -b 1K -e 1K -n 1 -w 0 -W 0 --algo \$( ((RANK)) && echo gdraa || echo ring)"
+  fi
 fi
 if [[ -v bin[quickstart] ]]; then
   refuses quickstart "ranks must be in [1, 256], not -1" -1

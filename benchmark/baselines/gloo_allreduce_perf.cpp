@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
     return fail("RANK " + std::to_string(*rank) + " is not in WORLD_SIZE " + std::to_string(*size));
   if (o.ranks != 0 && o.ranks != *size)
     return fail("--ranks " + std::to_string(o.ranks) + " but WORLD_SIZE is " + std::to_string(*size));
+  // Flags a baseline cannot honour are refused, not echoed in a header that would say they ran.
+  if (!o.device.empty()) return fail("-G " + o.device + ": this baseline reduces host buffers only");
+  if (!o.provider.empty()) return fail("--provider " + o.provider + ": Gloo runs over its own tcp transport");
   auto fn = reduction(o.type, o.op);
   if (!fn) return fail("datatype " + std::string(perf::name(o.type)) + " with op " + std::string(perf::name(o.op)) + " has no Gloo reduction");
   auto algo = gloo::AllreduceOptions::Algorithm::RING;

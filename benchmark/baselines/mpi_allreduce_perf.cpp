@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
   if (!type) error = "datatype " + std::string(perf::name(o.type)) + " has no MPI type";
   else if (!op) error = "op " + std::string(perf::name(o.op)) + " has no MPI operation";
   else if (o.ranks != 0 && o.ranks != size) error = "--ranks " + std::to_string(o.ranks) + " but mpirun started " + std::to_string(size);
+  // Flags a baseline cannot honour are refused, not echoed in a header that would say they ran.
+  else if (!o.device.empty()) error = "-G " + o.device + ": this baseline reduces host buffers only";
+  else if (!o.provider.empty()) error = "--provider " + o.provider + ": Open MPI picks its transport (mpirun --mca btl ...)";
+  else if (!o.algo.empty()) error = "--algo " + o.algo + ": Open MPI picks its algorithm (mpirun --mca coll_tuned_allreduce_algorithm ...)";
   if (!error.empty()) {
     if (rank == 0) std::fprintf(stderr, "mpi_allreduce_perf: %s\n", error.c_str());
     MPI_Finalize();

@@ -58,7 +58,7 @@ inline std::optional<std::size_t> parse_size(std::string_view s) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(str.c_str(), &end);
-  if (end == str.c_str() || errno != 0 || v < 0) return std::nullopt;
+  if (end == str.c_str() || errno != 0 || !(v >= 0)) return std::nullopt;
   std::string_view rest(end);
   if (!rest.empty()) {
     switch (rest[0]) {
@@ -71,6 +71,7 @@ inline std::optional<std::size_t> parse_size(std::string_view s) {
     if (rest == "B" || rest == "b" || rest == "iB") rest = {};
     if (!rest.empty()) return std::nullopt;
   }
+  if (!(v < 0x1p63)) return std::nullopt;  // past 8 EiB, inf or nan: no size_t holds it
   return static_cast<std::size_t>(v);
 }
 
@@ -147,7 +148,7 @@ inline std::string apply(options& o, char key, std::string_view name, std::strin
   switch (key) {
     case 'b': case 'e': case 'i': {
       auto const s = parse_size(v);
-      if (!s) return bad("a size such as 8, 64K, 32M or 1G");
+      if (!s) return bad("a size such as 8, 64K, 32M or 1G, below 8E bytes");
       (key == 'b' ? o.min_bytes : key == 'e' ? o.max_bytes : o.step_bytes) = *s;
       return {};
     }
@@ -158,12 +159,12 @@ inline std::string apply(options& o, char key, std::string_view name, std::strin
     case 'c': if (!as_int(0, 1, n)) return bad("0 or 1"); o.check = n != 0; return {};
     case 'r': if (!as_int(0, 1 << 30, n)) return bad("a rank >= 0"); o.root = static_cast<int>(n); return {};
     case 'a': if (!as_int(0, 3, n)) return bad("0 (rank 0), 1 (avg), 2 (min) or 3 (max)"); o.average = static_cast<time_average>(n); return {};
-    case 'z': if (!as_int(0, 2, n)) return bad("0, 1 or 2"); o.blocking = static_cast<int>(n); return {};
+    case 'z': if (!as_int(0, 1, n)) return bad("0 or 1"); o.blocking = static_cast<int>(n); return {};
     case 't': case 'g': if (!as_int(1, 1, n)) return bad("1 (one rank a process or thread)"); return {};
     case 'R': if (!as_int(1, 1 << 16, n)) return bad("a rank count >= 1"); o.ranks = static_cast<int>(n); return {};
     case 'd': {
       auto const t = parse_dtype(v);
-      if (!t) return bad("int8, uint8, int32, uint32, int64, uint64, half, float, double or bfloat16");
+      if (!t) return bad("int8, uint8, int32, int64, half, float, double or bfloat16 (the MPI baseline also uint32, uint64)");
       o.type = *t;
       return {};
     }
@@ -223,6 +224,7 @@ inline parse_result parse(std::vector<std::string_view> const& args) {
   auto& o = r.opts;
   if (o.min_bytes > o.max_bytes) r.error = "minbytes (" + std::to_string(o.min_bytes) + ") is larger than maxbytes (" + std::to_string(o.max_bytes) + ")";
   else if (o.step_factor <= 1 && o.step_bytes == 0 && o.min_bytes != o.max_bytes) r.error = "stepbytes is 0 and stepfactor is 1: the sweep would not advance";
+  else if (o.step_factor > 1 && o.min_bytes == 0 && o.max_bytes != 0) r.error = "minbytes 0 with stepfactor " + std::to_string(o.step_factor) + " stays 0: start at a size above 0, or step with -i";
   return r;
 }
 

@@ -186,32 +186,33 @@ device::port* device_port(const std::string& name) {
 /// The harness's runner over a fabric communicator.
 class fabric_runner {
  public:
+  /// `o.type` is one of mimatrix's (collective_main checked).
   fabric_runner(collective c, const options& o) : c_(c), o_(o) {
-    const auto type = to_mimatrix(o.type);
-    if (!type) {
-      std::fprintf(stderr,
-                   "-d %s: mimatrix has no such type (its dtypes: int8, uint8, int32, int64, half, float, double, "
-                   "bfloat16; the MPI baseline takes uint32 and uint64 too)\n",
-                   std::string(name(o.type)).c_str());
-      std::exit(2);
-    }
+    const mimatrix::dtype type = *to_mimatrix(o.type);
     std::optional<device::stream> stream;
-    if (device::port* port = device_port(o.device)) {
-      device_ = std::make_unique<device_buffers>(*port);
-      stream = device_->stream();
+    try {
+      if (device::port* port = device_port(o.device)) {
+        device_ = std::make_unique<device_buffers>(*port);
+        stream = device_->stream();
+      }
+    } catch (const mimatrix::error& e) {  // no device, or no driver: say which rank found it
+      throw mimatrix::error(e.code(), "rank " + std::to_string(rank()) + ": -G " + o.device +
+                                          ": no usable device on this rank (" + e.reason() + ")");
     }
     // --algo names an algorithm; gdraa and hdrm run on their own topologies.
     if (o.algo == "gdraa")
-      call_ = std::make_unique<runtime_call<topology::mesh>>(c, comm_, topology::mesh{}, *type, o.op, o.algo, stream);
+      call_ = std::make_unique<runtime_call<topology::mesh>>(c, comm_, topology::mesh{}, type, o.op, o.algo, stream);
     else if (o.algo == "hdrm")
       call_ = std::make_unique<runtime_call<topology::bigraph>>(c, comm_, topology::bigraph::for_size(comm_.size()),
-                                                                *type, o.op, o.algo, stream);
+                                                                type, o.op, o.algo, stream);
     else
-      call_ = std::make_unique<runtime_call<topology::ring>>(c, comm_, topology::ring{}, *type, o.op, o.algo, stream);
+      call_ = std::make_unique<runtime_call<topology::ring>>(c, comm_, topology::ring{}, type, o.op, o.algo, stream);
   }
 
   int rank() const { return comm_.rank(); }
   int size() const { return comm_.size(); }
+  /// -G: the ranks of this host, which share its device (report.hpp); collective.
+  int sharing_device() { return comm_.split(transport::fabric::same_host, rank())->size(); }
   const std::string& provider() const { return comm_.transport().provider(); }
 
   void prepare(const shape& s, bool in_place) {
@@ -286,6 +287,13 @@ class fabric_runner {
 
 int collective_main(collective c, int argc, char** argv, const char* program) {
   const options o = parse_or_exit(argc, argv);
+  if (!to_mimatrix(o.type)) {  // before any rank starts: once, not once a rank
+    std::fprintf(stderr,
+                 "%s: -d %s: mimatrix has no such type (its dtypes: int8, uint8, int32, int64, half, float, double, "
+                 "bfloat16; the MPI baseline takes uint32 and uint64 too)\n",
+                 program, std::string(name(o.type)).c_str());
+    return 2;
+  }
   // Before CUDA starts (-G cuda): a call's gate must not share a hardware queue with the
   // call's own work (docs/device.md); an explicit setting wins.
   ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
@@ -304,6 +312,11 @@ int collective_main(collective c, int argc, char** argv, const char* program) {
   }
   try {
     fabric_runner r(c, o);
+    if (o.ranks > 0 && o.ranks != r.size()) {  // under a launcher, which started the ranks
+      if (r.rank() == 0)
+        std::fprintf(stderr, "%s: --ranks %d, but the launcher started %d ranks\n", program, o.ranks, r.size());
+      return 2;
+    }
     return run_sweep(r, o, {program, "mimatrix fabric " + r.provider(), c, r.size()}).exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());

@@ -50,11 +50,18 @@
 #include "datatype.hpp"
 #include "report.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mimatrix::perf {
@@ -79,6 +86,13 @@ concept runner = requires(R& r, R const& cr, shape const& s, bool in_place, doub
 template <class R>
 concept device_runner = runner<R> && requires(R& r, std::size_t bytes, int iters) {
   { r.copy_seconds(bytes, iters) } -> std::convertible_to<double>;
+};
+
+// Optional, with device_runner: sharing_device(), collective, the ranks that share this
+// rank's device (its host's); the limit above holds where they are all the ranks.
+template <class R>
+concept host_aware_runner = device_runner<R> && requires(R& r) {
+  { r.sharing_device() } -> std::convertible_to<int>;
 };
 
 // What a sweep found: identical on every rank (wrong counts are combined), rows filled on all.
@@ -151,25 +165,114 @@ std::size_t checked_call(R& r, options const& o, shape const& s, bool in_place) 
   return static_cast<std::size_t>(wrong);
 }
 
+/// A flag whose value every rank must share, as a number all ranks can compare
+/// (strings as a 32-bit digest, exact in a double), and how to print it.
+struct shared_flag {
+  char const* flag;
+  double value;
+  std::string (*text)(double);  // null: a string flag, `own` printed as rank 0's
+  std::string own = {};
+};
+
+inline std::uint32_t digest(std::string_view s) {  // FNV-1a
+  std::uint32_t h = 2166136261u;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return h;
+}
+
+inline std::vector<shared_flag> shared_flags(options const& o) {
+  auto const number = [](double v) { return std::to_string(static_cast<long long>(v)); };
+  auto const type = [](double v) { return std::string(name(static_cast<dtype>(static_cast<int>(v)))); };
+  auto const op = [](double v) { return std::string(name(static_cast<redop>(static_cast<int>(v)))); };
+  auto const n = [](auto v) { return static_cast<double>(v); };
+  return {{"-b", n(o.min_bytes), number},  {"-e", n(o.max_bytes), number},   {"-i", n(o.step_bytes), number},
+          {"-f", n(o.step_factor), number}, {"-n", n(o.iters), number},       {"-w", n(o.warmup_iters), number},
+          {"-W", n(o.warmup_ms), number},   {"-c", n(o.check), number},       {"-d", n(int(o.type)), type},
+          {"-o", n(int(o.op)), op},          {"-r", n(o.root), number},        {"-a", n(int(o.average)), number},
+          {"--algo", n(digest(o.algo)), nullptr, o.algo}, {"-G", n(digest(o.device)), nullptr, o.device},
+          {"--provider", n(digest(o.provider)), nullptr, o.provider}};
+}
+
+/// Whether every rank was given the same flags; rank 0 names the first that differs, with
+/// a rank that differs from it. A rank given another root, say, would run another call: over
+/// tcp, small broadcasts whose ranks each named themselves root moved no data and every
+/// rank checked its own as right (a black-box test); the library cannot tell.
+template <runner R>
+bool flags_agree(R& r, options const& o, std::string const& program) {
+  for (shared_flag const& f : shared_flags(o)) {
+    if (r.combine(f.value, combine_op::min) == r.combine(f.value, combine_op::max)) continue;
+    double const first = r.combine(r.rank() == 0 ? f.value : 0, combine_op::sum);
+    int const other = static_cast<int>(r.combine(f.value != first ? r.rank() : r.size(), combine_op::min));
+    double const theirs = r.combine(r.rank() == other ? f.value : 0, combine_op::sum);
+    if (r.rank() == 0) {
+      std::string const flag = f.flag;
+      std::string const given = f.text ? flag + " " + f.text(theirs) + ", rank 0 " + flag + " " + f.text(first)
+                                       : "another " + flag + " than rank 0's ('" + f.own + "')";
+      std::fprintf(stderr, "%s: rank %d was given %s: every rank must be given the same flags\n", program.c_str(),
+                   other, given.c_str());
+    }
+    return false;
+  }
+  return true;
+}
+
+/// Rank 0's -J file can be written (checked before the sweep, which nccl-tests does not:
+/// it says so after, and exits 0).
+inline std::string unwritable(std::string const& path) {
+  if (path.empty()) return {};
+  std::string const dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+  bool const ok = ::access(path.c_str(), F_OK) == 0 ? ::access(path.c_str(), W_OK) == 0
+                                                     : ::access(dir.c_str(), W_OK | X_OK) == 0;
+  return ok ? std::string() : "-J " + path + ": cannot write there (" + std::strerror(errno) + ")";
+}
+
+/// Buffers for the largest size, made before the first call as nccl-tests makes them: a
+/// size that does not fit fails at once, naming the rank and the size, not after the sweep
+/// up to it. Empty when they fit.
+template <runner R>
+std::string make_largest(R& r, shape const& largest) {
+  try {
+    r.prepare(largest, false);
+    return {};
+  } catch (std::exception const& e) {
+    return "rank " + std::to_string(r.rank()) + ": no buffers for the largest size, " + std::to_string(largest.bytes) +
+           " bytes (" + e.what() + ")";
+  }
+}
+
 }  // namespace detail
 
 // Runs the sweep on every rank; rank 0 prints the nccl-tests table (and -J JSON) to `out`.
+// Arguments that cannot run end it on every rank alike, before any timed call: flags that
+// differ between ranks, a root outside the group, an unwritable -J file, buffers that do
+// not fit.
 template <runner R>
 sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = stdout) {
   info.nranks = r.size();
   bool const printer = r.rank() == 0;
   sweep_result result;
+  result.bad_arguments = !detail::flags_agree(r, o, info.program);
+  if (result.bad_arguments) return result;
   if (has_root(info.coll) && (o.root < 0 || o.root >= info.nranks)) {
     if (printer) std::fprintf(stderr, "%s: root %d is not a rank of %d\n", info.program.c_str(), o.root, info.nranks);
     result.bad_arguments = true;
     return result;
   }
+  std::size_t const type_size = size_of(o.type);
+  auto const sizes = sweep_sizes(o);
+  std::string why = printer ? detail::unwritable(o.output_file) : std::string();
+  if (why.empty() && !sizes.empty()) why = detail::make_largest(r, shape_of(info.coll, sizes.back(), type_size, info.nranks));
+  if (!why.empty()) std::fprintf(stderr, "%s: %s\n", info.program.c_str(), why.c_str());
+  if (r.combine(why.empty() ? 0 : 1, combine_op::max) > 0) {
+    result.bad_arguments = true;
+    return result;
+  }
+  if constexpr (host_aware_runner<R>)
+    if (!o.device.empty()) info.sharing_device = r.sharing_device();
   reporter rep(o, info, printer, out);
   rep.header();
-  std::size_t const type_size = size_of(o.type);
-  if (auto const sizes = sweep_sizes(o); !sizes.empty())
-    detail::warm_up(r, o, shape_of(info.coll, sizes.front(), type_size, info.nranks));
-  for (std::size_t bytes : sweep_sizes(o)) {
+  if (!sizes.empty()) detail::warm_up(r, o, shape_of(info.coll, sizes.front(), type_size, info.nranks));
+  for (std::size_t bytes : sizes) {
     shape const s = shape_of(info.coll, bytes, type_size, info.nranks);
     double times[2];
     std::size_t wrong[2];

@@ -108,7 +108,7 @@ settings parse(int argc, char** argv) try {
     else if (a == "--transport") s.transport = next();
     else if (a == "-n") s.ranks = int(ex::parse_integer(a, next(), 1, 1024)), ranks_given = true;
     else if (a == "--iters") s.iters = int(ex::parse_integer(a, next(), 1, 1 << 20));
-    else if (a == "--compute-ms") s.compute_ms = ex::parse_number(a, next(), 0, 1e6);
+    else if (a == "--compute-ms") s.compute_ms = ex::parse_number(a, next(), 0, 1e6, true);
     else if (a == "--mib") s.mib = {std::size_t(ex::parse_integer(a, next(), 1, 1 << 16))};
     else throw std::invalid_argument("unknown option " + a);
   }

@@ -90,6 +90,7 @@ struct run_info {
   std::string library;  // e.g. "OpenMPI 4.1.4", "gloo tcp ring", "mimatrix shm ring"
   collective coll = collective::allreduce;
   int nranks = 1;
+  int sharing_device = 0;  // -G: the ranks that share one device (those of a host); 0: all
 };
 
 namespace detail {
@@ -237,6 +238,11 @@ class reporter {
     bool any = false;
     for (auto const& r : rows_) any |= r.copy_us > 0;
     if (!any) return;
+    if (info_.sharing_device > 0 && info_.sharing_device != info_.nranks) {  // the network's part is not in it
+      std::fprintf(out_, "#\n# Memory-traffic limit: not shown, the %d ranks share a device %d at a time (hosts); it "
+                         "bounds ranks that all share one\n#\n", info_.nranks, info_.sharing_device);
+      return;
+    }
     std::fprintf(out_, "#\n# Memory-traffic limit, %d ranks sharing one device: %g device-to-device copies of the size",
                  info_.nranks, copies_in_limit(false));
     if (copies_in_limit(true) != copies_in_limit(false)) std::fprintf(out_, " (%g in place)", copies_in_limit(true));
