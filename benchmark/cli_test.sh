@@ -52,6 +52,7 @@ if [[ -v bin[allreduce_perf] ]]; then
   refuses allreduce_perf "expected a size such as 8, 64K, 32M or 1G, below 8E bytes" -b nan
   refuses allreduce_perf "minbytes 0 with stepfactor 2 stays 0" -b 0 -e 64 -f 2
   refuses allreduce_perf "invalid value '2' for --blocking: expected 0 or 1" -z 2
+  refuses allreduce_perf "--algo bogus: these programs run ring, recursive_doubling, halving_doubling, gdraa" --algo bogus
   # Checked before the sweep, on every rank alike (nccl-tests: after it, exit 0).
   refuses allreduce_perf "-J /nonexistent/x.json: cannot write there" --ranks 2 -b 8 -e 8 -n 1 -W 0 -J /nonexistent/x.json
   # Buffers for the largest size first, as nccl-tests makes them: no 4 EB anywhere.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda_device_port.hpp"
@@ -287,6 +288,15 @@ class fabric_runner {
 
 int collective_main(collective c, int argc, char** argv, const char* program) {
   const options o = parse_or_exit(argc, argv);
+  static constexpr std::string_view algorithms[] = {"", "auto", "automatic", "ring", "recursive_doubling",
+                                                     "halving_doubling", "gdraa", "hdrm"};
+  if (std::find(std::begin(algorithms), std::end(algorithms), o.algo) == std::end(algorithms)) {
+    std::fprintf(stderr,
+                 "%s: --algo %s: these programs run ring, recursive_doubling, halving_doubling, gdraa (on a mesh), "
+                 "hdrm (on a BiGraph) or automatic (the hierarchical algorithm needs a typed topology of servers)\n",
+                 program, o.algo.c_str());
+    return 2;
+  }
   if (!to_mimatrix(o.type)) {  // before any rank starts: once, not once a rank
     std::fprintf(stderr,
                  "%s: -d %s: mimatrix has no such type (its dtypes: int8, uint8, int32, int64, half, float, double, "
