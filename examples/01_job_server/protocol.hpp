@@ -53,7 +53,7 @@ enum class kind : std::uint16_t {
 
 struct worker_info {
   std::string host{};
-  std::string key{};  // stable across reconnections ("host:pid" by default): a restarted server knows it again
+  std::string key{};  // stable across reconnections ("host:pid:nonce" by default): a restarted server knows it again
   std::uint32_t accelerators = 0;
   std::uint32_t nics = 0;
   double throughput = 1.0;  // samples a second it measured; the local batch follows it

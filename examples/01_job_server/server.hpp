@@ -8,9 +8,11 @@
 #include <boost/asio.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -258,9 +260,19 @@ class job_server {
 
   asio::awaitable<void> watchdog() {
     while (true) {
-      tick_.expires_after(std::chrono::milliseconds(20));
+      tick_.expires_after(tick_period);
       co_await tick_.async_wait(asio::use_awaitable);
       const auto now = clock::now();
+      // A server that did not run (stopped, or starved of the CPU) cannot tell a silent
+      // worker from one whose heartbeats wait unread in its socket: the time it was away
+      // is not the workers' (a black-box test: SIGSTOP for 5 s, and at SIGCONT a healthy
+      // worker was closed for missed heartbeats before its backlog was read).
+      if (const auto away = now - last_tick_ - tick_period; away > std::chrono::milliseconds(100))
+        for (const auto& s : sessions_) {
+          s->connected = std::min(now, s->connected + away);
+          s->last_seen = std::min(now, s->last_seen + away);
+        }
+      last_tick_ = now;
       for (const auto& s : std::vector<session_ptr>(sessions_)) {
         if (!s->registered && now - s->connected > settings_.hello_deadline)
           close(s, "did not authenticate within " + std::to_string(settings_.hello_deadline.count()) + " ms");
@@ -386,8 +398,16 @@ class job_server {
   /// they are all back.
   void load_state() {
     if (settings_.state_file.empty()) return;
+    // Refused at start: a file never written loses the restart it is for, without a word.
+    if (const std::string why = state_file_unwritable(settings_.state_file); !why.empty())
+      throw std::runtime_error("job server: cannot write the state file '" + settings_.state_file + "': " + why);
     std::optional<saved_state> state = read_state_file(settings_.state_file);
     if (!state) return;
+    std::uint64_t batches = 0;
+    for (const auto& m : state->members) batches += m.batch;
+    if (!state->members.empty() && batches != settings_.global_batch)
+      throw std::runtime_error("job server: the state file '" + settings_.state_file + "' saved local batches summing to " +
+                               std::to_string(batches) + ", but --batch is " + std::to_string(settings_.global_batch));
     generation_ = state->generation;
     resume_step_ = state->completed_step;
     saved_ = std::move(state->members);
@@ -402,7 +422,11 @@ class job_server {
     saved_step_ = completed_step();
     saved_state state{generation_, saved_step_, {}};
     for (const auto& m : members_) state.members.push_back({m->rank, m->batch, m->info.key, m->info.host});
-    write_state_file(settings_.state_file, state);
+    if (write_state_file(settings_.state_file, state))
+      state_write_failed_ = false;
+    else if (!std::exchange(state_write_failed_, true))  // said once a run of failures
+      log("cannot write the state file '" + settings_.state_file + "': " + std::strerror(errno) +
+          " (a restart would not find this generation)");
   }
 
   /// After a restart: once every worker of the saved generation is back, it goes on as
@@ -414,7 +438,8 @@ class job_server {
     std::size_t found = 0;
     for (std::size_t i = 0; i < saved_.size(); ++i)
       for (const auto& s : ready)
-        if (s->info.key == saved_[i].key) back[i] = s, ++found;
+        if (s->info.key == saved_[i].key && !back[i] && std::find(back.begin(), back.end(), s) == back.end())
+          back[i] = s, ++found;  // each saved member once, each worker once
     if (found == saved_.size()) {
       members_.clear();
       for (std::size_t i = 0; i < saved_.size(); ++i) {
@@ -474,6 +499,9 @@ class job_server {
   imbalance_streak imbalance_seen_{settings_.rebalance_confirmations};  // of the running generation
   tcp::acceptor acceptor_;
   asio::steady_timer tick_;
+  static constexpr std::chrono::milliseconds tick_period{20};
+  clock::time_point last_tick_ = clock::now();  // the watchdog's last run
+  bool state_write_failed_ = false;
   std::vector<session_ptr> sessions_, members_;
   std::vector<pending_get> gets_;
   std::map<std::string, std::vector<std::byte>> store_;

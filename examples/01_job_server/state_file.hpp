@@ -2,8 +2,12 @@
 // step every member completed, so that a restarted server takes its workers back.
 #pragma once
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -34,6 +38,9 @@ inline std::optional<saved_state> read_state_file(const std::string& path) {
   if (!(in >> word >> version) || word != "mimatrix-job-state" || version != 1)
     throw std::runtime_error("job server: '" + path + "' is not a job state file");
   saved_state s;
+  const auto bad = [&](const std::string& what) {
+    return std::runtime_error("job server: the state file '" + path + "' " + what);
+  };
   while (in >> word) {
     if (word == "generation") in >> s.generation;
     else if (word == "completed_step") in >> s.completed_step;
@@ -42,15 +49,38 @@ inline std::optional<saved_state> read_state_file(const std::string& path) {
       in >> m.rank >> m.batch >> m.key >> m.host;
       s.members.push_back(std::move(m));
     } else {
-      throw std::runtime_error("job server: '" + path + "' holds an unknown entry '" + word + "'");
+      throw bad("holds an unknown entry '" + word + "'");
     }
+    if (!in) throw bad("has a '" + word + "' line that does not read (numbers, then words)");
+  }
+  // A member list a generation could have: ranks 0..n-1 once each, batches above 0, keys
+  // once each (a black-box test: duplicate ranks, a rank 5 of 2 and batch 'x' were taken).
+  std::vector<bool> seen(s.members.size());
+  for (std::size_t i = 0; i < s.members.size(); ++i) {
+    const saved_member& m = s.members[i];
+    if (m.rank >= s.members.size() || seen[m.rank])
+      throw bad("has rank " + std::to_string(m.rank) + " twice or past its " + std::to_string(s.members.size()) + " members");
+    seen[m.rank] = true;
+    if (m.batch == 0) throw bad("gives rank " + std::to_string(m.rank) + " batch 0");
+    for (std::size_t j = 0; j < i; ++j)
+      if (s.members[j].key == m.key) throw bad("has the worker key '" + m.key + "' twice");
   }
   return s;
 }
 
+/// Why the state file at `path` could not be written, or "" when it can.
+inline std::string state_file_unwritable(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return std::string(std::strerror(errno));
+  if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0) return std::string(std::strerror(errno));
+  return {};
+}
+
 /// Writes the state file whole, then renames it over the old one. A member whose key or
 /// host holds a space or a newline (which the file cannot hold) is left out.
-inline void write_state_file(const std::string& path, const saved_state& s) {
+/// False when it could not.
+inline bool write_state_file(const std::string& path, const saved_state& s) {
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::trunc);
@@ -58,8 +88,10 @@ inline void write_state_file(const std::string& path, const saved_state& s) {
     for (const auto& m : s.members)
       if (m.key.find_first_of(" \n") == std::string::npos && m.host.find_first_of(" \n") == std::string::npos)
         out << "member " << m.rank << " " << m.batch << " " << m.key << " " << m.host << "\n";
+    out.flush();
+    if (!out) return false;
   }
-  std::rename(temporary.c_str(), path.c_str());
+  return std::rename(temporary.c_str(), path.c_str()) == 0;
 }
 
 }  // namespace mimatrix::job

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <random>
 #include <string>
 #include <thread>
 #include <sys/socket.h>
@@ -57,7 +58,10 @@ class worker_client {
  public:
   /// Connects and authenticates; throws std::runtime_error with the server's reason.
   explicit worker_client(worker_settings s) : settings_(std::move(s)), socket_(io_) {
-    if (settings_.info.key.empty()) settings_.info.key = settings_.info.host + ":" + std::to_string(::getpid());
+    // host:pid alone is not unique: containers on one host network each run as pid 1 (a
+    // black-box test: two such workers were one member of the saved generation).
+    if (settings_.info.key.empty())
+      settings_.info.key = settings_.info.host + ":" + std::to_string(::getpid()) + ":" + std::to_string(std::random_device{}());
     join();
     reader_ = std::thread([this] { read_loop(); });
     if (settings_.heartbeat.count() > 0) beater_ = std::thread([this] { beat_loop(); });
@@ -253,8 +257,14 @@ class worker_client {
 
   void read_loop() {
     while (true) {
-      const bool left = read_until_lost();
-      if (left || settings_.reconnect_for.count() == 0 || !rejoin()) break;
+      if (read_until_lost()) break;
+      if (!rejoin()) {  // a server gone for good: what waits on it ends now, not at its own timeout
+        std::lock_guard lock(mutex_);
+        closed_ = true;
+        closed_why_ = "the connection was lost and not made again within " +
+                      std::to_string(settings_.reconnect_for.count()) + " ms (reconnect_for)";
+        break;
+      }
     }
     changed_.notify_all();
   }

@@ -110,7 +110,7 @@ int run_with_job_server(Session& s) {
   const auto colon = s.opt.job_server.rfind(':');
   if (colon == std::string::npos) throw std::invalid_argument("--job-server takes HOST:PORT");
   settings.address = s.opt.job_server.substr(0, colon);
-  settings.port = std::uint16_t(std::stoi(s.opt.job_server.substr(colon + 1)));
+  settings.port = std::uint16_t(mx::examples::parse_integer("--job-server's port", s.opt.job_server.substr(colon + 1), 1, 65535));
   settings.secret = job::load_secret();
   // A lost connection is joined again for this long, as job_worker --reconnect-ms does: a
   // server restarted on its state file takes the generation back, and training goes on.
@@ -126,6 +126,7 @@ int run_with_job_server(Session& s) {
     std::lock_guard lock(current_mutex);
     if (current) current->abort("the job server revoked generation " + std::to_string(r.generation) + ": " + r.reason);
   });
+  rt::check_checkpoint_writable(s.opt);  // any worker may be a generation's rank 0, which saves it
   s.resume_from_checkpoint();
   while (true) {
     const job::assignment a = client.next_assignment(std::chrono::minutes(10));
@@ -162,10 +163,21 @@ int run_with_job_server(Session& s) {
                        1000.0 * double(r.local_batch) / std::max(r.stats.compute_ms, 1e-3)});
       });
       finished = true;
-    } catch (const mx::error& e) {
+    } catch (const std::exception& e) {
+      // This rank's own failure, not the server's revoke: its peers learn it at once (they
+      // would wait in a collective until their timeout) and the server revokes the
+      // generation (it would go on as if it ran, a black-box test).
+      if (client.revoked() < a.generation) {
+        comm.abort(e.what());
+        client.report_failure(a.generation, e.what());
+      }
       std::printf("resnet_train: generation %llu ended at step %lld: %s\n", static_cast<unsigned long long>(a.generation),
                   static_cast<long long>(s.step), e.what());
       std::fflush(stdout);
+      // A bad argument (flags that differ between ranks, a checkpoint that cannot be
+      // written) fails every generation alike: this worker ends rather than loop.
+      const auto* failure = dynamic_cast<const mx::error*>(&e);
+      if (!failure || failure->code() == mx::errc::invalid_argument) throw;
     }
     {
       std::lock_guard lock(current_mutex);

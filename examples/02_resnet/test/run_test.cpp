@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <sstream>
 #include <string>
@@ -205,6 +206,75 @@ TEST(train_group, the_step_line_prints_the_groups_mean_loss_not_rank_0s) {
     ++checked;
   }
   EXPECT_EQ(checked, 2u) << out;
+}
+
+/// Runs train_group on 2 inproc ranks (local batch 2 each) after `setup(rank, session)`;
+/// returns stdout, and each rank's error ("" when it ended well).
+std::string train_two(const rt::options& o, const std::function<void(int, rt::session&)>& setup,
+                      std::vector<std::string>& errors, std::vector<std::int64_t>* steps = nullptr) {
+  errors.assign(2, "");
+  if (steps) steps->assign(2, 0);
+  testing::internal::CaptureStdout();
+  mx::transport::run_inproc(2, [&](int rank, inproc::world& world) {
+    omp_set_num_threads(1);
+    mx::communicator<inproc> comm(world, rank);
+    auto s = small_session(o);
+    for (auto& label : s.train_set.labels) label %= 10;
+    setup(rank, s);
+    try {
+      rt::train_group(s, comm, 2);
+    } catch (const std::exception& e) {
+      errors[std::size_t(rank)] = e.what();
+    }
+    if (steps) (*steps)[std::size_t(rank)] = s.step;
+  });
+  return testing::internal::GetCapturedStdout();
+}
+
+// Regression (a black-box test): ranks given different --log-every made different
+// collectives; one failed at step 5 with a mismatch naming calls, the other waited.
+TEST(train_group, ranks_given_different_flags_both_fail_naming_the_flag) {
+  rt::options o = small_run(4);
+  std::vector<std::string> errors;
+  train_two(o, [](int rank, rt::session& s) { s.opt.log_every = rank + 1; }, errors);
+  for (const auto& why : errors)
+    EXPECT_NE(why.find("was given another --log-every than rank 0; every rank must be given the same training flags"),
+              std::string::npos)
+        << why;
+}
+
+// Regression (a black-box test): a revoke during an epoch's end (its last step counted)
+// lost that epoch's test, line and checkpoint: the next group went on from the next epoch.
+TEST(train_group, an_epoch_end_a_revoke_cut_short_comes_first_in_the_next_group) {
+  rt::options o = small_run(4);
+  o.epochs = 2;
+  std::vector<std::string> errors;
+  std::vector<std::int64_t> steps;
+  // Both at step 1, the end of epoch 1, which neither finished.
+  std::string out = train_two(o, [](int, rt::session& s) { s.step = 1; }, errors, &steps);
+  EXPECT_EQ(errors, std::vector<std::string>(2, "")) << out;
+  EXPECT_NE(out.find("epoch 1/2: loss n/a train-acc n/a test-acc n/a images/s n/a"), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch 2/2: loss "), std::string::npos) << out;
+  EXPECT_EQ(steps, std::vector<std::int64_t>(2, 2));
+  // Where one rank finished it, it is not done again.
+  out = train_two(o, [](int rank, rt::session& s) { s.step = 1, s.epoch_ended_at = rank == 1 ? 1 : 0; }, errors);
+  EXPECT_EQ(out.find("epoch 1/2"), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch 2/2: loss "), std::string::npos) << out;
+}
+
+// Regression (a black-box test): --stop-after counted a group's epochs, so a generation
+// re-formed mid-run ran one epoch more than asked.
+TEST(train_group, stop_after_counts_the_epochs_of_the_run_not_of_the_group) {
+  rt::options o = small_run(4);
+  o.epochs = 4;
+  o.stop_after = 2;
+  std::vector<std::string> errors;
+  std::vector<std::int64_t> steps;
+  // One epoch ended in an earlier group: this one runs one more, and stops.
+  const std::string out = train_two(
+      o, [](int, rt::session& s) { s.step = s.epoch_ended_at = 1, s.epochs_ended = 1; }, errors, &steps);
+  EXPECT_EQ(errors, std::vector<std::string>(2, "")) << out;
+  EXPECT_EQ(steps, std::vector<std::int64_t>(2, 2)) << out;
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ struct cuda_session {
   std::int64_t steps_per_epoch = 0, total_steps = 0;
   optim::lr_schedule schedule;
   std::int64_t step = 0;
+  std::int64_t epochs_ended = 0, epoch_ended_at = 0;  // as session's
 
  private:
   nn_cuda::detail::pinned_buffer upload_;  // the batch on its way to the device
@@ -130,6 +131,7 @@ struct cuda_session {
     });
     step = ck.counters.at("step");
     optimizer.resume_at(step);
+    epoch_ended_at = step;  // saved at an epoch's end, which is done
     return true;
   }
   void save_checkpoint_now() {
