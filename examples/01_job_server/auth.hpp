@@ -57,7 +57,7 @@ inline std::string load_secret(const std::string& path = {}) {
     secret = env;
   }
   if (secret.empty())
-    throw std::runtime_error("job server: no shared secret (set MIMATRIX_JOB_SECRET or pass --secret-file)");
+    throw std::runtime_error("job server: no shared secret (set MIMATRIX_JOB_SECRET; job_server also takes --secret-file)");
   return secret;
 }
 
