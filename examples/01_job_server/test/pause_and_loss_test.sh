@@ -18,7 +18,7 @@ export MIMATRIX_JOB_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'
 export MIMATRIX_PROVIDER=${MIMATRIX_PROVIDER:-shm}
 port=$((32000 + RANDOM % 1000))
 
-"$build/examples/01_job_server/job_server" serve --port "$port" --workers 2 --heartbeat-ms 1000 >"$dir/server.log" 2>&1 &
+"$build/examples/01_job_server/job_server" serve --port "$port" --workers 2 --heartbeat-ms 2000 >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
 sleep 0.3
@@ -31,9 +31,9 @@ for _ in $(seq 300); do grep -q "generation 1 formed" "$dir/server.log" && break
 grep -q "generation 1 formed" "$dir/server.log" || fail "generation 1 did not form"
 sleep 1
 kill -STOP "$server"
-sleep 3
+sleep 4.5
 kill -CONT "$server"
-sleep 2.5  # more than the heartbeat deadline, counted from SIGCONT
+sleep 3  # more than the heartbeat deadline, counted from SIGCONT
 grep -E "missed heartbeats|revoked" "$dir/server.log" && fail "a pause of the server dropped a healthy worker"
 
 # The server is not on a step's path: a generation goes on without it, until it fails. Then
