@@ -57,14 +57,15 @@ inline split split_by_throughput(const std::vector<double>& speed, std::uint32_t
 /// A worker's throughput as the balancing sees it: the mean of its measurements weighted
 /// down exponentially with their age (half the weight every `half_life`), so a throttle that
 /// switches on and off is seen at its average, while a lasting change is followed within a
-/// few half-lives. The first measurement replaces the figure the worker declared in `hello`.
+/// few half-lives. The first measurement replaces the figure the worker declared in `hello`;
+/// a worker that declared none (0) is not known until it is measured (`known`).
 /// @par Thread Safety
 /// A plain value.
 class throughput_estimate {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
-  explicit throughput_estimate(double declared = 1.0) : value_(declared > 0 ? declared : 1.0) {}
+  explicit throughput_estimate(double declared = 0.0) : value_(declared > 0 ? declared : 0.0) {}
 
   /// A measurement `measured` (samples a second) taken at `at`; none that is not positive.
   void add(double measured, time_point at, std::chrono::duration<double> half_life) {
@@ -78,13 +79,29 @@ class throughput_estimate {
     measured_ = true;
     last_ = at;
   }
-  double value() const { return value_; }
+  /// Samples a second, declared or measured; nothing while neither.
+  std::optional<double> known() const { return value_ > 0 ? std::optional<double>(value_) : std::nullopt; }
 
  private:
   double value_;
   bool measured_ = false;
   time_point last_{};
 };
+
+/// The speeds a split takes: each known one as it is, and each unknown one (a worker that
+/// joined late and declared nothing) the mean of the known ones, so that it starts at an
+/// equal share instead of at one sample a step. All unknown: even shares.
+inline std::vector<double> speeds_for_split(const std::vector<std::optional<double>>& known) {
+  double sum = 0;
+  std::size_t count = 0;
+  for (const auto& k : known)
+    if (k) sum += *k, ++count;
+  const double guess = count ? sum / double(count) : 1.0;
+  std::vector<double> speed;
+  speed.reserve(known.size());
+  for (const auto& k : known) speed.push_back(k ? *k : guess);
+  return speed;
+}
 
 /// A rank whose local batch is off the share its throughput calls for.
 struct share_gap {

@@ -104,8 +104,12 @@ int serve(int argc, char** argv) {
                              http.address + "): " + e.code().message());
   }
   if (monitor) {
-    std::printf("job_server: monitoring on http://%s:%u/\n",
-                http.address == "0.0.0.0" ? "127.0.0.1" : http.address.c_str(), unsigned(monitor->port()));
+    // Every address: the line gives one to open here, and says that others reach it too.
+    if (http.address == "0.0.0.0")
+      std::printf("job_server: monitoring on every address (0.0.0.0), here http://127.0.0.1:%u/\n",
+                  unsigned(monitor->port()));
+    else
+      std::printf("job_server: monitoring on http://%s:%u/\n", http.address.c_str(), unsigned(monitor->port()));
   }
   boost::asio::signal_set stop(io, SIGINT, SIGTERM);
   stop.async_wait([&](auto, int) { io.stop(); });

@@ -56,7 +56,7 @@ struct worker_info {
   std::string key{};  // stable across reconnections ("host:pid:nonce" by default): a restarted server knows it again
   std::uint32_t accelerators = 0;
   std::uint32_t nics = 0;
-  double throughput = 1.0;  // samples a second it measured; the local batch follows it
+  double throughput = 0.0;  // samples a second it measured (0: not yet); the local batch follows it
 };
 
 struct challenge { std::array<std::uint8_t, nonce_bytes> nonce{}; };

@@ -176,8 +176,11 @@ class job_server {
     s->wake.cancel_one();
     boost::system::error_code ignored;
     s->socket.shutdown(tcp::socket::shutdown_receive, ignored);
-    log((s->registered ? "worker " + std::to_string(s->id) + " (" + s->info.host + ")" : "connection " + s->peer) +
-        ": " + why);
+    // An observer (a status query) that hangs up is done, not news: no line for each query.
+    const bool observer_done = s->registered && !s->role_worker && why == "closed the connection";
+    if (!observer_done)
+      log((s->registered ? "worker " + std::to_string(s->id) + " (" + s->info.host + ")" : "connection " + s->peer) +
+          ": " + why);
     sessions_.erase(std::remove(sessions_.begin(), sessions_.end(), s), sessions_.end());
     if (s->in_generation(generation_) && running_ && !s->left) {
       revoke_all("rank " + std::to_string(s->rank) + " (worker " + std::to_string(s->id) + ", " + s->info.host +
@@ -361,18 +364,18 @@ class job_server {
     resume_step_ = completed_step();
     ++generation_;
     members_ = group;
-    std::vector<double> speed;
+    std::vector<std::optional<double>> known;
     std::vector<std::string> hosts;
     std::vector<std::uint32_t> switches;
     for (const auto& m : group) {
-      speed.push_back(m->speed.value()), hosts.push_back(m->info.host);
+      known.push_back(m->speed.known()), hosts.push_back(m->info.host);
       if (!settings_.cluster.empty()) {
         const std::uint32_t sw = place_of(m->info.host).first;
         if (sw == UINT32_MAX) log("worker " + std::to_string(m->id) + "'s host " + m->info.host + " is not in the cluster description");
         switches.push_back(sw);
       }
     }
-    const split sp = split_by_throughput(speed, settings_.global_batch, settings_.samples);
+    const split sp = split_by_throughput(speeds_for_split(known), settings_.global_batch, settings_.samples);
     for (std::size_t r = 0; r < group.size(); ++r) {
       auto& m = *group[r];
       m.member_of = generation_;
@@ -467,9 +470,9 @@ class job_server {
   /// throughput (the SJSU balancing) by more than the tolerance, or "" when they do.
   std::string imbalance() const {
     std::vector<std::uint32_t> have;
-    std::vector<double> speed;
-    for (const auto& m : members_) have.push_back(m->batch), speed.push_back(m->speed.value());
-    const auto gap = off_share(have, speed, settings_.global_batch, settings_.rebalance_tolerance);
+    std::vector<std::optional<double>> known;
+    for (const auto& m : members_) have.push_back(m->batch), known.push_back(m->speed.known());
+    const auto gap = off_share(have, speeds_for_split(known), settings_.global_batch, settings_.rebalance_tolerance);
     if (!gap) return {};
     return "rebalancing: rank " + std::to_string(gap->rank) + " (" + members_[gap->rank]->info.host + ") has batch " +
            std::to_string(gap->have) + " but its throughput calls for " + std::to_string(gap->want);

@@ -155,10 +155,12 @@ int run_with_job_server(Session& s) {
                 static_cast<long long>(s.step));
     std::fflush(stdout);
     bool finished = false;
+    double busbw_gbps = 0;  // the last step's that timed the whole allreduce (every --measure-every-th overlapped)
     try {
       rt::train_group(s, comm, std::int64_t(a.local_batch), [&](const rt::step_report& r) {
         const double step_ms = r.stats.compute_ms + r.stats.wait_ms;
-        client.report({a.generation, std::uint64_t(r.step), step_ms, r.stats.wait_ms, 0.0,
+        if (r.busbw_gbps > 0) busbw_gbps = r.busbw_gbps;
+        client.report({a.generation, std::uint64_t(r.step), step_ms, r.stats.wait_ms, busbw_gbps,
                        r.stats.loss_sum / double(std::max<std::int64_t>(1, r.stats.samples)),
                        1000.0 * double(r.local_batch) / std::max(r.stats.compute_ms, 1e-3)});
       });

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -37,7 +38,7 @@ struct simulated_job {
       for (std::size_t r = 0; r < speed.size(); ++r) speed[r].add(measured[r], now, half_life);
     }
     std::vector<double> estimate;
-    for (const auto& s : speed) estimate.push_back(s.value());
+    for (const auto& s : speed) estimate.push_back(*s.known());
     if (streak.confirm(job::off_share(batch, estimate, global_batch, 0.15).has_value())) {
       batch = job::split_by_throughput(estimate, global_batch, 60000).batch;
       streak = job::imbalance_streak{2};
@@ -93,14 +94,35 @@ TEST(balancing, a_lasting_slowdown_is_followed_within_a_few_checks) {
 TEST(balancing, the_first_measurement_replaces_the_declared_throughput) {
   const auto t0 = std::chrono::steady_clock::time_point{};
   job::throughput_estimate e(100);
-  EXPECT_EQ(e.value(), 100.0);
+  EXPECT_EQ(e.known(), 100.0);
   e.add(0, t0, 1s);  // no measurement yet (a heartbeat before the first step)
-  EXPECT_EQ(e.value(), 100.0);
+  EXPECT_EQ(e.known(), 100.0);
   e.add(5000, t0, 1s);
-  EXPECT_EQ(e.value(), 5000.0);
+  EXPECT_EQ(e.known(), 5000.0);
   e.add(1000, t0 + 1s, 1s);  // one half-life later: half way
-  EXPECT_DOUBLE_EQ(e.value(), 3000.0);
-  EXPECT_EQ(job::throughput_estimate(0).value(), 1.0);  // nothing declared: even shares
+  EXPECT_DOUBLE_EQ(*e.known(), 3000.0);
+  job::throughput_estimate none(0);  // nothing declared: not known until measured
+  EXPECT_FALSE(none.known().has_value());
+  none.add(0, t0, 1s);
+  EXPECT_FALSE(none.known().has_value());
+  none.add(250, t0, 1s);
+  EXPECT_EQ(none.known(), 250.0);
+}
+
+// A worker that joins a running job and declares nothing (resnet_train) took 1 sample/s
+// against its peers' hundreds, so a batch of 1 until measured (a black-box test). It now
+// counts at the mean of the measured members: an equal share.
+TEST(balancing, a_worker_that_declares_nothing_starts_at_the_mean_of_the_known_ones) {
+  const auto speed = job::speeds_for_split({300.0, 100.0, std::nullopt});
+  ASSERT_EQ(speed.size(), 3u);
+  EXPECT_EQ(speed[2], 200.0);
+  const auto sp = job::split_by_throughput(speed, 120, 60000);
+  EXPECT_EQ(sp.batch, (std::vector<std::uint32_t>{60, 20, 40}));
+  // None known (a job's first generation of workers that declared nothing): even shares.
+  EXPECT_EQ(job::split_by_throughput(job::speeds_for_split({std::nullopt, std::nullopt}), 100, 0).batch,
+            (std::vector<std::uint32_t>{50, 50}));
+  // A lone unknown worker beside measured ones is not an imbalance to re-form for.
+  EXPECT_FALSE(job::off_share({60, 20, 40}, speed, 120, 0.15).has_value());
 }
 
 TEST(balancing, a_batch_inside_the_tolerance_of_its_share_stays) {

@@ -268,12 +268,16 @@ TEST(job_server, a_late_worker_is_admitted_at_the_next_generation) {
   std::unique_ptr<lone_worker> late;
   std::thread starter([&] {
     s.wait_for_step(2);
-    late = std::make_unique<lone_worker>(s.server.port(), std::vector<std::pair<std::string, std::string>>{{"TARGET", "4"}});
+    // It declares no throughput (as resnet_train): it counts at the others' mean, an
+    // equal share of 256, where it once counted at 1 sample/s and got a batch of 1.
+    late = std::make_unique<lone_worker>(s.server.port(),
+                                         std::vector<std::pair<std::string, std::string>>{{"TARGET", "4"}, {"THROUGHPUT", "0"}});
   });
   const auto r = run_workers(3, s.server.port(), {{"TARGET", "4"}});
   starter.join();
   EXPECT_EQ(late->wait(), 0) << late->output;
   EXPECT_NE(late->output.find("size 4: 5 steps exact"), std::string::npos) << late->output;
+  EXPECT_NE(late->output.find("of 4 on localhost, batch 64,"), std::string::npos) << late->output;
   EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
   EXPECT_EQ(done_lines(r, "size 4: 5 steps exact"), 3) << test::all_output(r);
   EXPECT_EQ(done_lines(r, "generation 1: rank"), 3) << test::all_output(r);
@@ -335,7 +339,13 @@ TEST(job_server, status_names_the_generation_and_every_rank) {
   observer.info.host = "status";
   observer.info.accelerators = job::job_server::observer_mark;
   observer.heartbeat = 0ms;
+  testing::internal::CaptureStderr();  // the server's log
   const std::string text = job::worker_client(observer).status();
+  std::this_thread::sleep_for(300ms);  // the server reads the observer's hang-up
+  const std::string log = testing::internal::GetCapturedStderr();
+  // A status query that hangs up is no event (a black-box test: each query logged a
+  // worker's "closed the connection").
+  EXPECT_EQ(log.find("(status): closed the connection"), std::string::npos) << log;
   EXPECT_NE(text.find("generation 1 running, 2 ranks"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 0  worker"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 1  worker"), std::string::npos) << text;

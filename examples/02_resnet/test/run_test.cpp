@@ -277,4 +277,57 @@ TEST(train_group, stop_after_counts_the_epochs_of_the_run_not_of_the_group) {
   EXPECT_EQ(steps, std::vector<std::int64_t>(2, 2)) << out;
 }
 
+// Regression (a black-box test): after a re-formation the epoch line's loss, accuracy and
+// images/s were of the new group's steps only, with nothing to say so.
+TEST(train_group, an_epoch_line_of_a_group_formed_mid_epoch_says_which_steps_it_covers) {
+  rt::options o = small_run(4);
+  o.steps = 0;  // all: 16 samples by 4, 4 steps an epoch
+  std::vector<std::string> errors;
+  std::string out = train_two(o, [](int, rt::session& s) { s.step = 2; }, errors);
+  EXPECT_EQ(errors, std::vector<std::string>(2, "")) << out;
+  EXPECT_NE(out.find("epoch 1/1: loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("(figures of the epoch's last 2 of 4 steps)"), std::string::npos) << out;
+  out = train_two(o, [](int, rt::session&) {}, errors);
+  EXPECT_NE(out.find("epoch 1/1: loss "), std::string::npos) << out;
+  EXPECT_EQ(out.find("figures of"), std::string::npos) << out;
+}
+
+// Regression (a black-box test): the trainer reported no allreduce bandwidth to the job
+// server (busbw 0 in status and metrics). A step that waited for the whole allreduce after
+// backward (every step without overlap; every --measure-every-th with it) times it.
+TEST(train_group, steps_that_wait_for_the_whole_allreduce_report_its_bus_bandwidth) {
+  for (const bool overlap : {false, true}) {
+    rt::options o = small_run(4);
+    o.steps = 4;
+    o.overlap = overlap;
+    o.measure_every = 2;
+    std::vector<std::vector<rt::step_report>> seen(2);
+    std::vector<std::size_t> parameters(2);
+    mx::transport::run_inproc(2, [&](int rank, inproc::world& world) {
+      omp_set_num_threads(1);
+      mx::communicator<inproc> comm(world, rank);
+      auto s = small_session(o);
+      for (auto& label : s.train_set.labels) label %= 10;
+      parameters[std::size_t(rank)] = s.net.parameter_count();
+      rt::train_group(s, comm, 2, [&](const rt::step_report& r) { seen[std::size_t(rank)].push_back(r); });
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_EQ(seen[std::size_t(rank)].size(), 4u);
+      for (const auto& r : seen[std::size_t(rank)]) {
+        const bool whole = !overlap || r.step % 2 == 0;  // steps 2 and 4 are the measured ones
+        const double expected =
+            whole ? rt::allreduce_busbw_gbps(double(parameters[std::size_t(rank)]) * sizeof(float), 2, r.stats.wait_ms)
+                  : 0.0;
+        EXPECT_EQ(r.busbw_gbps, expected) << "overlap " << overlap << ", rank " << rank << ", step " << r.step;
+        if (whole && r.stats.wait_ms > 0) {
+          EXPECT_GT(r.busbw_gbps, 0.0);
+        }
+      }
+    }
+  }
+  // nccl-tests' factor 2(p-1)/p: 1 GB over 4 ranks in 1 s is 1.5 GB/s of bus bandwidth.
+  EXPECT_DOUBLE_EQ(rt::allreduce_busbw_gbps(1e9, 4, 1000.0), 1.5);
+  EXPECT_EQ(rt::allreduce_busbw_gbps(1e9, 1, 1000.0), 0.0);
+}
+
 }  // namespace

@@ -205,7 +205,13 @@ struct step_report {
   std::int64_t step = 0;
   std::int64_t local_batch = 0;
   step_statistics stats;
+  double busbw_gbps = 0;  // of the gradients' allreduce, on a step that waited for all of it; else 0
 };
+
+/// nccl-tests' bus bandwidth of allreducing `bytes` over `ranks` in `ms`.
+inline double allreduce_busbw_gbps(double bytes, int ranks, double ms) {
+  return ms > 0 && ranks > 1 ? bytes * 2.0 * (ranks - 1) / ranks / (ms * 1e6) : 0.0;
+}
 
 /// Trains `s` (session or cuda_session) on `comm` with this rank's `local_batch` until the
 /// run's last step; throws mimatrix::error when the group fails (the caller forms the next one).
@@ -315,12 +321,18 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
         std::printf(" grad-wait %.2fms/step", opt.overlap ? exposed : serial);
         // nccl-tests' bus bandwidth of a step's gradients, allreduced after backward.
         if (serial > 0)
-          std::printf(" allreduce %.2fGB/s", double(s.net.parameter_count()) * sizeof(float) * 2.0 * (ranks - 1) /
-                                                   ranks / (serial * 1e6));
+          std::printf(" allreduce %.2fGB/s",
+                      allreduce_busbw_gbps(double(s.net.parameter_count()) * sizeof(float), ranks, serial));
         if (opt.overlap && serial_steps && overlapped_steps)
           std::printf(" hidden %.0f%% (of %.2fms)", serial > 0 ? 100.0 * std::max(0.0, 1.0 - exposed / serial) : 100.0,
                       serial);
       }
+      // A group formed mid-epoch (after a revoke, or a resume) ran only the epoch's last
+      // steps: its figures are of those (the group before is not all here to sum its own).
+      const std::int64_t epoch_steps = std::min(s.steps_per_epoch, s.total_steps - epoch * s.steps_per_epoch);
+      if (sums[2] > 0 && steps_done < epoch_steps)
+        std::printf(" (figures of the epoch's last %lld of %lld steps)", static_cast<long long>(steps_done),
+                    static_cast<long long>(epoch_steps));
       std::printf("\n");
       std::fflush(stdout);
       if (!opt.checkpoint.empty()) s.save_checkpoint_now();
@@ -370,7 +382,12 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
       else
         wait_serial += st.wait_ms, ++serial_steps;
     }
-    if (on_step) on_step({s.step, local_batch, st});
+    if (on_step) {
+      // Only a step that waited for the whole allreduce after backward times it.
+      const bool whole = (!opt.overlap || measure) && st.wait_measured;
+      const double gradient_bytes = double(s.net.parameter_count()) * sizeof(float);
+      on_step({s.step, local_batch, st, whole ? allreduce_busbw_gbps(gradient_bytes, ranks, st.wait_ms) : 0.0});
+    }
     // Every rank is at the same step, so all take part in the progress line's sum.
     if (opt.log_every > 0 && s.step % opt.log_every == 0) {
       const double loss = group_mean_loss(coll, st);
