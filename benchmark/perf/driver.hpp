@@ -49,16 +49,13 @@
 #include "data.hpp"
 #include "datatype.hpp"
 #include "report.hpp"
+#include "../../examples/writable_path.hpp"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -220,10 +217,8 @@ bool flags_agree(R& r, options const& o, std::string const& program) {
 /// it says so after, and exits 0).
 inline std::string unwritable(std::string const& path) {
   if (path.empty()) return {};
-  std::string const dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
-  bool const ok = ::access(path.c_str(), F_OK) == 0 ? ::access(path.c_str(), W_OK) == 0
-                                                     : ::access(dir.c_str(), W_OK | X_OK) == 0;
-  return ok ? std::string() : "-J " + path + ": cannot write there (" + std::strerror(errno) + ")";
+  std::string const why = examples::why_unwritable(path, examples::write_mode::in_place);
+  return why.empty() ? why : "-J " + path + ": cannot write there (" + why + ")";
 }
 
 /// Buffers for the largest size, made before the first call as nccl-tests makes them: a

@@ -425,10 +425,11 @@ class job_server {
     saved_step_ = completed_step();
     saved_state state{generation_, saved_step_, {}};
     for (const auto& m : members_) state.members.push_back({m->rank, m->batch, m->info.key, m->info.host});
-    if (write_state_file(settings_.state_file, state))
+    const std::string why = write_state_file(settings_.state_file, state);
+    if (why.empty())
       state_write_failed_ = false;
     else if (!std::exchange(state_write_failed_, true))  // said once a run of failures
-      log("cannot write the state file '" + settings_.state_file + "': " + std::strerror(errno) +
+      log("cannot write the state file '" + settings_.state_file + "': " + why +
           " (a restart would not find this generation)");
   }
 

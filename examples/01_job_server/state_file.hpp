@@ -2,7 +2,7 @@
 // step every member completed, so that a restarted server takes its workers back.
 #pragma once
 
-#include <unistd.h>
+#include "../writable_path.hpp"
 
 #include <cerrno>
 #include <cstdint>
@@ -70,28 +70,26 @@ inline std::optional<saved_state> read_state_file(const std::string& path) {
 
 /// Why the state file at `path` could not be written, or "" when it can.
 inline std::string state_file_unwritable(const std::string& path) {
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) return std::string(std::strerror(errno));
-  if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0) return std::string(std::strerror(errno));
-  return {};
+  return examples::why_unwritable(path, examples::write_mode::through_temporary);
 }
 
 /// Writes the state file whole, then renames it over the old one. A member whose key or
 /// host holds a space or a newline (which the file cannot hold) is left out.
-/// False when it could not.
-inline bool write_state_file(const std::string& path, const saved_state& s) {
+/// Why it could not, or "" when it did (the reason taken where the write failed).
+inline std::string write_state_file(const std::string& path, const saved_state& s) {
   const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << "mimatrix-job-state 1\ngeneration " << s.generation << "\ncompleted_step " << s.completed_step << "\n";
-    for (const auto& m : s.members)
-      if (m.key.find_first_of(" \n") == std::string::npos && m.host.find_first_of(" \n") == std::string::npos)
-        out << "member " << m.rank << " " << m.batch << " " << m.key << " " << m.host << "\n";
-    out.flush();
-    if (!out) return false;
-  }
-  return std::rename(temporary.c_str(), path.c_str()) == 0;
+  std::FILE* f = std::fopen(temporary.c_str(), "w");
+  if (!f) return temporary + ": " + std::strerror(errno);
+  std::string text = "mimatrix-job-state 1\ngeneration " + std::to_string(s.generation) + "\ncompleted_step " +
+                     std::to_string(s.completed_step) + "\n";
+  for (const auto& m : s.members)
+    if (m.key.find_first_of(" \n") == std::string::npos && m.host.find_first_of(" \n") == std::string::npos)
+      text += "member " + std::to_string(m.rank) + " " + std::to_string(m.batch) + " " + m.key + " " + m.host + "\n";
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int write_error = errno;
+  if (std::fclose(f) != 0 || !written) return temporary + ": " + std::strerror(written ? errno : write_error);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) return "renaming " + temporary + ": " + std::strerror(errno);
+  return {};
 }
 
 }  // namespace mimatrix::job

@@ -16,17 +16,16 @@
 #include "train/options.hpp"
 #include "train/state.hpp"
 #include "train/step_statistics.hpp"
+#include "../../writable_path.hpp"
 
 #include <mimatrix/collectives.hpp>
 #include <mimatrix/communicator.hpp>
 #include <mimatrix/sufficient_factor.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -95,15 +94,9 @@ inline checkpoint checkpoint_to_resume(const options& opt) {
 /// fails at start-up, not at the first epoch's end.
 inline void check_checkpoint_writable(const options& opt) {
   if (opt.checkpoint.empty()) return;
-  const std::filesystem::path tmp = opt.checkpoint + ".tmp";  // save_checkpoint's own
-  if (std::FILE* f = std::fopen(tmp.c_str(), "ab")) {
-    std::fclose(f);
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    return;
-  }
-  throw std::runtime_error("--checkpoint " + opt.checkpoint + ": cannot create " + tmp.string() + ": " +
-                           std::strerror(errno));
+  const std::string why = examples::why_unwritable(opt.checkpoint, examples::write_mode::through_temporary);
+  if (!why.empty())  // save_checkpoint writes its .tmp and renames it over
+    throw std::runtime_error("--checkpoint " + opt.checkpoint + ": cannot create " + opt.checkpoint + ".tmp: " + why);
 }
 
 inline void check_training_set(const options& opt, const data::dataset& train) {
