@@ -20,7 +20,7 @@ namespace mimatrix::job {
 /// Frames: an 8-byte header (payload length, u32 little-endian; message kind, u16; protocol
 /// version, u16) and the payload.
 inline constexpr std::size_t header_bytes = 8;
-inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::uint16_t protocol_version = 2;  // 2: hello names the generation a worker runs
 /// The largest payload: rendezvous values are addresses and memory keys, kilobytes.
 inline constexpr std::uint32_t max_payload_bytes = 1u << 20;
 inline constexpr std::size_t max_text_bytes = 4096;  // a key, a host name, a reason
@@ -57,6 +57,7 @@ struct worker_info {
   std::uint32_t accelerators = 0;
   std::uint32_t nics = 0;
   double throughput = 0.0;  // samples a second it measured (0: not yet); the local batch follows it
+  std::uint64_t generation = 0;  // the generation it runs as it (re)joins, 0 if none: one the server did not form ends
 };
 
 struct challenge { std::array<std::uint8_t, nonce_bytes> nonce{}; };
@@ -210,6 +211,7 @@ inline void put(writer& w, const worker_info& i) {
   w.u32(i.accelerators);
   w.u32(i.nics);
   w.f64(i.throughput);
+  w.u64(i.generation);
 }
 inline worker_info get_info(reader& r) {
   worker_info i;
@@ -218,6 +220,7 @@ inline worker_info get_info(reader& r) {
   i.accelerators = r.u32();
   i.nics = r.u32();
   i.throughput = r.f64();
+  i.generation = r.u64();
   return i;
 }
 

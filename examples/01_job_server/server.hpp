@@ -215,6 +215,7 @@ class job_server {
       if (s->role_worker) {
         log("worker " + std::to_string(s->id) + " joined from " + s->info.host + " (" + s->peer + ")");
         if (!first_waiting_) first_waiting_ = clock::now();
+        end_a_generation_not_running_here(*s);
       }
       return;
     }
@@ -352,6 +353,29 @@ class job_server {
     return place_in(settings_.cluster, host);
   }
 
+  /// A worker that (re)joins running a generation that is not running here with it as a
+  /// member: one an earlier server formed (restarted without --state-file, it had formed
+  /// its own generation 1 from workers still running the old one, a black-box test), or
+  /// one revoked while the worker was away. It is told to end it, and the next generation
+  /// forms above it (a worker skips an assignment for a generation it saw revoked).
+  void end_a_generation_not_running_here(session& s) {
+    const std::uint64_t g = s.info.generation;
+    if (g == 0) return;
+    const auto member = [&](const std::string& key) {
+      return std::any_of(members_.begin(), members_.end(), [&](const session_ptr& m) { return m->info.key == key; }) ||
+             std::any_of(saved_.begin(), saved_.end(), [&](const saved_member& m) { return m.key == key; });
+    };
+    if (g == generation_ && member(s.info.key)) return;
+    floor_ = std::max(floor_, g);
+    const bool known = first_generation_ > 0 && g >= first_generation_ && g <= generation_;
+    const std::string why = known ? "generation " + std::to_string(g) + " is over"
+                                  : "the job server does not know generation " + std::to_string(g) +
+                                        " (it restarted without --state-file): a new one forms";
+    log("worker " + std::to_string(s.id) + " (" + s.info.host + ") came running generation " + std::to_string(g) +
+        ": " + why);
+    s.send(revoke{g, why});
+  }
+
   void form(std::vector<session_ptr> group) {
     std::stable_sort(group.begin(), group.end(), [&](const session_ptr& a, const session_ptr& b) {
       const auto pa = place_of(a->info.host), pb = place_of(b->info.host);
@@ -362,7 +386,8 @@ class job_server {
     for (auto it = store_.begin(); it != store_.end();) it = it->first.rfind("g", 0) == 0 ? store_.erase(it) : ++it;
     counters_.clear();
     resume_step_ = completed_step();
-    ++generation_;
+    generation_ = std::max(generation_, floor_) + 1;
+    if (first_generation_ == 0) first_generation_ = generation_;
     members_ = group;
     std::vector<std::optional<double>> known;
     std::vector<std::string> hosts;
@@ -411,7 +436,7 @@ class job_server {
     if (!state->members.empty() && batches != settings_.global_batch)
       throw std::runtime_error("job server: the state file '" + settings_.state_file + "' saved local batches summing to " +
                                std::to_string(batches) + ", but --batch is " + std::to_string(settings_.global_batch));
-    generation_ = state->generation;
+    generation_ = first_generation_ = state->generation;
     resume_step_ = state->completed_step;
     saved_ = std::move(state->members);
     restarted_at_ = clock::now();
@@ -516,6 +541,8 @@ class job_server {
   std::vector<saved_member> saved_;  // of the generation a restarted server waits for
   clock::time_point restarted_at_{}, saved_at_{}, formed_at_{};
   std::uint64_t saved_step_ = 0;
+  std::uint64_t first_generation_ = 0;  // the first this process formed or took from its state file
+  std::uint64_t floor_ = 0;             // the newest generation a worker came running: the next forms above it
 };
 
 }  // namespace mimatrix::job

@@ -99,6 +99,7 @@ class worker_client {
     if (assignments_.empty()) throw error(errc::peer_lost, "job server at " + where() + " closed: " + closed_why_);
     assignment a = std::move(assignments_.front());
     assignments_.pop_front();
+    running_generation_ = a.generation;
     return a;
   }
 
@@ -225,7 +226,9 @@ class worker_client {
     const message first = read_message();
     const auto* c = std::get_if<challenge>(&first);
     if (!c) throw std::runtime_error("job server at " + where() + " did not send a challenge");
-    send_unlocked(hello{answer(settings_.secret, c->nonce), settings_.info});
+    worker_info info = settings_.info;
+    info.generation = running_generation_.load();  // a server that did not form it ends it
+    send_unlocked(hello{answer(settings_.secret, c->nonce), info});
     const message reply = read_message();
     if (const auto* r = std::get_if<reject>(&reply)) throw std::runtime_error("job server refused: " + r->reason);
     const auto* w = std::get_if<welcome>(&reply);
@@ -329,7 +332,7 @@ class worker_client {
   std::optional<std::string> status_;
   std::function<void(const revoke&)> on_revoke_;
   heartbeat stats_;
-  std::atomic<std::uint64_t> revoked_{0}, request_id_{0}, requests_{0};
+  std::atomic<std::uint64_t> revoked_{0}, request_id_{0}, requests_{0}, running_generation_{0};
   bool closed_ = false, stopping_ = false;
   std::string closed_why_;
   std::thread reader_, beater_;

@@ -33,7 +33,7 @@ std::vector<std::pair<std::string, job::message>> messages() {
   h.mac = pattern<job::mac_bytes>(0x5a);
   h.info.host = "node7";
   h.info.key = "node7:4242";
-  h.info.accelerators = 8, h.info.nics = 4, h.info.throughput = 1234.5;
+  h.info.accelerators = 8, h.info.nics = 4, h.info.throughput = 1234.5, h.info.generation = 6;
 
   job::assignment a;
   a.generation = 7, a.rank = 1, a.size = 4;

@@ -328,6 +328,35 @@ TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignme
   ::unlink(path);
 }
 
+// Regression (a black-box test): a server restarted without --state-file formed its own
+// generation 1 from the returning workers while they still ran the old server's generation
+// 1, and showed their steps as its own. A worker's hello now names the generation it runs;
+// one the server did not form is revoked, and the next forms above it.
+TEST(job_server, a_server_restarted_without_its_state_ends_the_generation_it_does_not_know) {
+  auto settings = group_of(3, 3);
+  auto first = std::make_unique<running_server>(settings);
+  std::unique_ptr<running_server> second;
+  settings.port = first->server.port();
+  std::thread restarter([&] {
+    first->wait_for_step(5);
+    first.reset();
+    std::this_thread::sleep_for(300ms);
+    try {
+      second = std::make_unique<running_server>(settings);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the second server did not start: " << e.what();
+    }
+  });
+  const auto r = run_workers(3, settings.port, {{"TARGET", "3"}, {"STEPS", "60"}, {"RECONNECT_MS", "10000"}});
+  restarter.join();
+  EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "generation 1 ended after"), 3) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "does not know generation 1"), 3) << test::all_output(r);
+  EXPECT_EQ(done_lines(r, "DONE generation 2 size 3: 60 steps exact"), 3) << test::all_output(r);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->view().generation, 2u);
+}
+
 TEST(job_server, status_names_the_generation_and_every_rank) {
   running_server s(group_of(2, 2));
   lone_worker first(s.server.port(), {{"TARGET", "2"}, {"STEPS", "40"}});

@@ -21,7 +21,7 @@ std::vector<message> samples() {
   assignment a{7, 1, 3, {"a", "a", "b"}, 100, 200, 85, 42, {0, 0, 1}};
   store_reply sr{9, store_reply::outcome::timeout, {std::byte{1}, std::byte{2}}, -5, "late"};
   return {challenge{random_nonce()},
-          hello{{}, worker_info{"node7", "node7:4242", 8, 8, 1234.5}},
+          hello{{}, worker_info{"node7", "node7:4242", 8, 8, 1234.5, 6}},
           welcome{77},
           reject{"failed authentication"},
           a,

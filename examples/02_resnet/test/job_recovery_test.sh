@@ -37,7 +37,10 @@ echo "killed worker $victim (pid ${workers[$victim]}) after step 5"
 for w in 0 1 2; do
   [[ $w == "$victim" ]] && continue
   wait "${workers[$w]}" || fail "worker $w exited with $?"
-  grep -q "generation 2, rank [01] of 2" "$dir/worker$w.log" || fail "worker $w never joined generation 2 of 2"
+  # Usually generation 2; a third where the server formed the second before it read the
+  # killed worker's closed connection (a survivor's failure report can come first, under
+  # load): that one fails its rendezvous at once and the next has the two.
+  grep -qE "generation [23], rank [01] of 2" "$dir/worker$w.log" || fail "worker $w never joined a generation of 2"
   grep -q "done, $((2 * steps)) steps" "$dir/worker$w.log" || fail "worker $w did not finish every step"
 done
 # Rank 0 of generation 2 printed the epochs; the second's loss is below the first's.
