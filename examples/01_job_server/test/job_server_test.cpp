@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <utility>
 #include <mutex>
 #include <future>
 #include <optional>
@@ -298,12 +299,9 @@ TEST(job_server, a_slower_worker_gets_a_proportionally_smaller_local_batch) {
       << test::all_output(r);
 }
 
-TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignment) {
-  char path[] = "/tmp/mimatrix_job_state_XXXXXX";
-  ::close(::mkstemp(path));
-  ::unlink(path);  // no state yet
-  auto settings = group_of(3, 3);
-  settings.state_file = path;
+/// Three workers (60 steps, reconnecting for 10 s) whose server goes away after step 5 and
+/// starts again 300 ms later with `settings`; the workers' launch and the second server.
+std::pair<bootstrap::launch_result, std::unique_ptr<running_server>> restart_mid_run(job::server_settings settings) {
   auto first = std::make_unique<running_server>(settings);
   std::unique_ptr<running_server> second;
   settings.port = first->server.port();
@@ -317,8 +315,18 @@ TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignme
       ADD_FAILURE() << "the second server did not start: " << e.what();
     }
   });
-  const auto r = run_workers(3, settings.port, {{"TARGET", "3"}, {"STEPS", "60"}, {"RECONNECT_MS", "10000"}});
+  auto r = run_workers(3, settings.port, {{"TARGET", "3"}, {"STEPS", "60"}, {"RECONNECT_MS", "10000"}});
   restarter.join();
+  return {std::move(r), std::move(second)};
+}
+
+TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignment) {
+  char path[] = "/tmp/mimatrix_job_state_XXXXXX";
+  ::close(::mkstemp(path));
+  ::unlink(path);  // no state yet
+  auto settings = group_of(3, 3);
+  settings.state_file = path;
+  const auto [r, second] = restart_mid_run(settings);
   EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
   // The same generation went on: nothing was revoked, every step exact.
   EXPECT_EQ(done_lines(r, "DONE generation 1 size 3: 60 steps exact"), 3) << test::all_output(r);
@@ -333,22 +341,7 @@ TEST(job_server, a_restarted_server_takes_its_workers_back_and_loses_no_assignme
 // 1, and showed their steps as its own. A worker's hello now names the generation it runs;
 // one the server did not form is revoked, and the next forms above it.
 TEST(job_server, a_server_restarted_without_its_state_ends_the_generation_it_does_not_know) {
-  auto settings = group_of(3, 3);
-  auto first = std::make_unique<running_server>(settings);
-  std::unique_ptr<running_server> second;
-  settings.port = first->server.port();
-  std::thread restarter([&] {
-    first->wait_for_step(5);
-    first.reset();
-    std::this_thread::sleep_for(300ms);
-    try {
-      second = std::make_unique<running_server>(settings);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "the second server did not start: " << e.what();
-    }
-  });
-  const auto r = run_workers(3, settings.port, {{"TARGET", "3"}, {"STEPS", "60"}, {"RECONNECT_MS", "10000"}});
-  restarter.join();
+  const auto [r, second] = restart_mid_run(group_of(3, 3));
   EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
   EXPECT_EQ(done_lines(r, "generation 1 ended after"), 3) << test::all_output(r);
   EXPECT_EQ(done_lines(r, "does not know generation 1"), 3) << test::all_output(r);
