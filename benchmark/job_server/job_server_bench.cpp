@@ -9,6 +9,7 @@
 
 #include "../../examples/strict_number.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -65,9 +66,10 @@ int main(int argc, char** argv) {
   const pid_t server = ::fork();
   if (server == 0) {
     ::setenv("MIMATRIX_JOB_SECRET", secret.c_str(), 1);
-    const std::string n = std::to_string(workers), p = std::to_string(port);
-    ::execl(MIMATRIX_JOB_SERVER_BINARY, "job_server", "serve", "--port", p.c_str(), "--workers", n.c_str(),
-            static_cast<char*>(nullptr));
+    // A global batch with a sample for every worker (the default, 128, would form 128 ranks).
+    const std::string n = std::to_string(workers), p = std::to_string(port), b = std::to_string(std::max(workers, 128));
+    ::execl(MIMATRIX_JOB_SERVER_BINARY, "job_server", "serve", "--port", p.c_str(), "--workers", n.c_str(), "--batch",
+            b.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   std::this_thread::sleep_for(300ms);

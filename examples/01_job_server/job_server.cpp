@@ -1,7 +1,7 @@
 // job_server: the MiMatrix job server (serve), and a look at a running one (status).
 //
 //   MIMATRIX_JOB_SECRET=... job_server serve --port 29400 --workers 4 [--min 2] [--form-after-ms 5000]
-//                                            [--heartbeat-ms 2000] [--samples 60000] [--batch 256]
+//                                            [--heartbeat-ms 2000] [--samples 60000] [--batch 128]
 //                                            [--http-port 9400 [--http-address 127.0.0.1]] [--state-file F]
 //                                            [--rebalance-ms 60000] [--rebalance-confirmations 2]
 //                                            [--throughput-half-life-ms MS] [--cluster hosts.txt]
@@ -24,7 +24,7 @@ namespace {
 
 const char* const usage =
     "usage: job_server serve --port P --workers N [--min M] [--form-after-ms 5000] [--heartbeat-ms 2000]\n"
-    "                        [--samples 60000] [--batch 256] [--http-port P [--http-address A]]\n"
+    "                        [--samples 60000] [--batch 128] [--http-port P [--http-address A]]\n"
     "                        [--state-file F] [--rebalance-ms MS] [--rebalance-confirmations 2]\n"
     "                        [--throughput-half-life-ms MS] [--cluster hosts.txt] [--secret-file F]\n"
     "       job_server status --port P [--address 127.0.0.1] [--secret-file F]\n"

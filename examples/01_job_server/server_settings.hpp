@@ -21,7 +21,7 @@ struct server_settings {
   std::chrono::milliseconds heartbeat_deadline{2000};  // silent this long: dead
   std::chrono::milliseconds hello_deadline{5000};      // unauthenticated this long: closed
   std::uint64_t samples = 60000;                       // the dataset, split into shards
-  std::uint32_t global_batch = 256;                    // B, split by throughput
+  std::uint32_t global_batch = 128;                    // B, split by throughput (resnet_train's default)
   /// How often the split is checked against the throughput workers measure (samples a
   /// second of their own compute, in heartbeats): a member whose batch is off its share
   /// by more than `rebalance_tolerance` has the generation re-formed. 0: never.

@@ -127,7 +127,8 @@ int run_with_job_server(Session& s) {
     if (current) current->abort("the job server revoked generation " + std::to_string(r.generation) + ": " + r.reason);
   });
   rt::check_checkpoint_writable(s.opt);  // any worker may be a generation's rank 0, which saves it
-  s.resume_from_checkpoint();
+  if (s.resume_from_checkpoint())  // each worker its own: a group starts from its most advanced
+    std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
   while (true) {
     const job::assignment a = client.next_assignment(std::chrono::minutes(10));
     mx::transport::fabric_options options;

@@ -270,7 +270,7 @@ TEST(job_server, a_late_worker_is_admitted_at_the_next_generation) {
   std::thread starter([&] {
     s.wait_for_step(2);
     // It declares no throughput (as resnet_train): it counts at the others' mean, an
-    // equal share of 256, where it once counted at 1 sample/s and got a batch of 1.
+    // equal share of 128, where it once counted at 1 sample/s and got a batch of 1.
     late = std::make_unique<lone_worker>(s.server.port(),
                                          std::vector<std::pair<std::string, std::string>>{{"TARGET", "4"}, {"THROUGHPUT", "0"}});
   });
@@ -278,7 +278,7 @@ TEST(job_server, a_late_worker_is_admitted_at_the_next_generation) {
   starter.join();
   EXPECT_EQ(late->wait(), 0) << late->output;
   EXPECT_NE(late->output.find("size 4: 5 steps exact"), std::string::npos) << late->output;
-  EXPECT_NE(late->output.find("of 4 on localhost, batch 64,"), std::string::npos) << late->output;
+  EXPECT_NE(late->output.find("of 4 on localhost, batch 32,"), std::string::npos) << late->output;
   EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
   EXPECT_EQ(done_lines(r, "size 4: 5 steps exact"), 3) << test::all_output(r);
   EXPECT_EQ(done_lines(r, "generation 1: rank"), 3) << test::all_output(r);

@@ -227,7 +227,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
                                   std::to_string(batches[std::size_t(i)]) + "; every rank needs at least one sample");
   if (global != opt.batch)
     throw std::invalid_argument("the ranks' local batches sum to " + std::to_string(global) + ", not --batch " +
-                                std::to_string(opt.batch));
+                                std::to_string(opt.batch) + " (under a job server: give it and its workers the same --batch)");
   check_flags_agree(coll, opt, rank, ranks);
   s.step = s.take_most_advanced(coll);
 
