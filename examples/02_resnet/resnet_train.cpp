@@ -88,6 +88,7 @@ int run_standalone(Session& s) {
     if (r == 0) rt::check_checkpoint_writable(s.opt);
     if (s.resume_from_checkpoint() && r == 0)
       std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
+    std::fflush(stdout);
     rt::train_group(s, comm, local);
   } catch (const std::exception& e) {
     // A failure of this rank alone (say rank 0's checkpoint) would leave the others waiting
@@ -129,6 +130,7 @@ int run_with_job_server(Session& s) {
   rt::check_checkpoint_writable(s.opt);  // any worker may be a generation's rank 0, which saves it
   if (s.resume_from_checkpoint())  // each worker its own: a group starts from its most advanced
     std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
+  std::fflush(stdout);
   while (true) {
     const job::assignment a = client.next_assignment(std::chrono::minutes(10));
     mx::transport::fabric_options options;

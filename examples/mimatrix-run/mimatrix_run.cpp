@@ -20,15 +20,20 @@ constexpr const char* usage =
     "LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT, so that mimatrix (or any\n"
     "torchrun-style program) can rendezvous; every output line is prefixed with \"[rank] \".\n"
     "\n"
-    "  -n, --ranks N        how many ranks to run (required, >= 1)\n"
+    "  -n, --ranks N        how many ranks to run (required, 1 to 4096)\n"
     "  --hosts H            act as H hosts of N/H ranks each, in rank order: each rank gets its\n"
     "                       host's LOCAL_RANK and LOCAL_WORLD_SIZE, and MIMATRIX_HOST_ID, so no\n"
     "                       memory is shared between hosts (jobs across hosts, on one machine)\n"
     "  --grace SECONDS      after a rank fails, how long the others get before SIGTERM (default 10)\n"
-    "  --timeout SECONDS    kill every rank and fail (exit 124) after this long (default: never)\n"
+    "  --timeout SECONDS    kill every rank and fail (exit 124) after this long (default, or 0: never)\n"
     "  -x NAME=VALUE        set NAME in every rank's environment; -x NAME passes this shell's NAME\n"
     "  --no-prefix          print the ranks' output as it comes, without \"[rank] \"\n"
     "  -h, --help           this text\n"
+    "\n"
+    "SIGINT, SIGTERM and SIGHUP are passed on to the ranks (a second one kills them). What a\n"
+    "rank leaves running in its process group when it exits (a wrapper's program, background\n"
+    "work) is read from until the run ends, then ended; if mimatrix-run dies, even by SIGKILL,\n"
+    "a guardian process ends it.\n"
     "\n"
     "Exit status: 0 when every rank exits 0, else the status of the first rank that failed\n"
     "(128 + signal for a rank killed by a signal), 124 on --timeout, 2 for bad usage.\n";
@@ -50,7 +55,7 @@ std::chrono::milliseconds parse_seconds(std::string_view option, std::string_vie
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0 || v > 1e8)
-    throw usage_error{std::string(option) + " wants a number of seconds >= 0, not '" + s + "'"};
+    throw usage_error{std::string(option) + " wants a number of seconds in [0, 1e8], not '" + s + "'"};
   return std::chrono::milliseconds(static_cast<long long>(std::llround(v * 1000)));
 }
 
@@ -75,8 +80,11 @@ mimatrix::bootstrap::launch_options parse(int argc, char** argv, bool& help) {
     if (arg == "-h" || arg == "--help") { help = true; return o; }
     if (arg == "--") { ++i; break; }
     if (value(arg, "-n", v) || value(arg, "--ranks", v) || value(arg, "-np", v)) {
+      if (o.ranks != 0) throw usage_error{"-n is given twice"};
       o.ranks = parse_int("-n", v);
-      if (o.ranks < 1) throw usage_error{"-n wants at least 1 rank, not " + std::string(v)};
+      if (o.ranks < 1 || o.ranks > mimatrix::bootstrap::max_local_ranks)
+        throw usage_error{"-n wants 1 to " + std::to_string(mimatrix::bootstrap::max_local_ranks) + " ranks, not " +
+                          std::string(v)};
     } else if (value(arg, "--hosts", v)) {
       o.hosts = parse_int("--hosts", v);
       if (o.hosts < 1) throw usage_error{"--hosts wants at least 1 host, not " + std::string(v)};

@@ -124,6 +124,28 @@ TEST(resume, another_seed_or_batch_than_the_checkpoints_is_refused_naming_both) 
   }
 }
 
+// Regression (a black-box test): a checkpoint past the run's last step was taken; the run
+// trained nothing and said "step 15 of 9".
+TEST(resume, a_checkpoint_past_the_runs_last_step_is_refused) {
+  temporary_dir dir;
+  rt::options o = small_run(4);
+  o.steps = 0;  // 4 steps an epoch (16 samples by 4)
+  o.epochs = 2;
+  o.checkpoint = (dir.path / "run.ckpt").string();
+  auto saved = small_session(o);
+  saved.step = 8;  // the end of epoch 2
+  saved.save_checkpoint_now();
+  o.resume = true;
+  EXPECT_TRUE(small_session(o).resume_from_checkpoint());  // at the end: nothing left, taken
+  o.epochs = 1;
+  try {
+    small_session(o).resume_from_checkpoint();
+    ADD_FAILURE() << "a checkpoint at step 8 was taken by a run of 4 steps";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is at step 8, past this run's 4 steps"), std::string::npos) << e.what();
+  }
+}
+
 TEST(checkpoint_path, one_rank_0_cannot_write_fails_before_training) {
   temporary_dir dir;
   rt::options o = small_run(4);
@@ -133,6 +155,14 @@ TEST(checkpoint_path, one_rank_0_cannot_write_fails_before_training) {
   EXPECT_FALSE(std::filesystem::exists(o.checkpoint + ".tmp"));  // the probe leaves nothing
   o.checkpoint = (dir.path / "missing" / "x.ckpt").string();
   EXPECT_THROW(rt::check_checkpoint_writable(o), std::runtime_error);
+  // Regression (a black-box test): a directory was taken, and the first epoch's save failed.
+  o.checkpoint = dir.path.string();
+  try {
+    rt::check_checkpoint_writable(o);
+    ADD_FAILURE() << "a directory was taken as --checkpoint";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Is a directory"), std::string::npos) << e.what();
+  }
 }
 
 TEST(train_group, a_rank_with_no_samples_is_refused_by_every_rank) {

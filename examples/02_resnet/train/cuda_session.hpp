@@ -122,7 +122,7 @@ struct cuda_session {
   /// checkpointed on either backend resumes on the other.
   bool resume_from_checkpoint() {
     if (!opt.resume) return false;
-    const checkpoint ck = checkpoint_to_resume(opt);
+    const checkpoint ck = checkpoint_to_resume(opt, total_steps);
     std::vector<float> host;
     for_each_state(net, optimizer, [&](const std::string& name, nn_cuda::device_tensor& t) {
       host.resize(t.size());

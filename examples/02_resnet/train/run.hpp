@@ -77,7 +77,7 @@ inline std::map<std::string, std::int64_t> run_counters(const options& opt, std:
 
 /// --resume's checkpoint. A missing file, or one of another seed or global batch (whose data
 /// order and epoch boundaries differ), is an error rather than a silently different run.
-inline checkpoint checkpoint_to_resume(const options& opt) {
+inline checkpoint checkpoint_to_resume(const options& opt, std::int64_t total_steps) {
   if (!std::filesystem::exists(opt.checkpoint))
     throw std::runtime_error("--resume: checkpoint " + opt.checkpoint + " does not exist (drop --resume to start fresh)");
   checkpoint ck = load_checkpoint(opt.checkpoint);
@@ -87,6 +87,11 @@ inline checkpoint checkpoint_to_resume(const options& opt) {
     if (const auto it = ck.counters.find(name); it != ck.counters.end() && it->second != given)
       throw std::invalid_argument("--resume: checkpoint " + opt.checkpoint + " was saved with " + flag + " " +
                                   std::to_string(it->second) + ", this run has " + flag + " " + std::to_string(given));
+  // Past the run's end it would train nothing and report "step 15 of 9" (a black-box test).
+  if (const auto it = ck.counters.find("step"); it != ck.counters.end() && it->second > total_steps)
+    throw std::invalid_argument("--resume: checkpoint " + opt.checkpoint + " is at step " + std::to_string(it->second) +
+                                ", past this run's " + std::to_string(total_steps) + " steps (--epochs " +
+                                std::to_string(opt.epochs) + ", --steps " + std::to_string(opt.steps) + ")");
   return ck;
 }
 
@@ -137,7 +142,7 @@ struct session {
   /// Restores the checkpoint when --resume; true if it did.
   bool resume_from_checkpoint() {
     if (!opt.resume) return false;
-    const checkpoint ck = checkpoint_to_resume(opt);
+    const checkpoint ck = checkpoint_to_resume(opt, total_steps);
     for (auto& [name, view] : state_of(net, optimizer)) restore(ck, name, view);
     step = ck.counters.at("step");
     optimizer.resume_at(step);
@@ -235,7 +240,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
   const auto& w = s.net.head().weight().value;
   data_parallel_settings settings;
   // Buckets small enough that the first ones start early in backward (a 16th of the
-  // gradients: ResNet-20's 1 MiB in 68 KiB buckets, ResNet-50's 100 MiB in 6 MiB), large
+  // gradients: ResNet-20's 1 MiB in 66 KiB buckets, ResNet-50's 100 MiB in 6 MiB), large
   // enough that per-call latency stays small; --bucket-kib fixes it.
   const std::size_t gradient_bytes = s.net.parameter_count() * sizeof(float);
   const std::size_t bucket_bytes =
@@ -246,8 +251,11 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
       Session::sufficient_factors && ranks > 1 && equal_batches &&
       (opt.sfb == "on" || (opt.sfb == "auto" && sufficient_factors_pay(ranks, std::size_t(local_batch),
                                                                        std::size_t(w.dim(0)), std::size_t(w.dim(1)))));
-  if (opt.sfb == "on" && !settings.sufficient_factors && ranks > 1 && rank == 0)
-    std::printf("resnet_train: --sfb on needs equal local batches; the classifier's gradient is allreduced\n");
+  if (opt.sfb == "on" && !settings.sufficient_factors && rank == 0)
+    std::printf("resnet_train: --sfb on %s; the classifier's gradient is allreduced\n",
+                !Session::sufficient_factors ? "is not on this backend"
+                : ranks == 1                 ? "has nothing to send on one rank"
+                                             : "needs equal local batches");
   auto dp = s.make_step(coll, settings, local_batch);
   if (rank == 0)
     std::printf("resnet_train: %s, %zu parameters, %d rank(s), global batch %lld (this rank %lld), step %lld of %lld, "
@@ -256,6 +264,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
                 static_cast<long long>(local_batch), static_cast<long long>(s.step),
                 static_cast<long long>(s.total_steps), opt.overlap ? "wait-free backpropagation" : "allreduce after backward",
                 bucket_bytes / 1024, settings.sufficient_factors ? "sufficient factors" : "allreduce");
+  std::fflush(stdout);  // a pipe (mimatrix-run's) holds it until the first epoch's line: minutes
 
   const data::augmentation augment{opt.augment, 4, data::fashion_mnist_constants::black};
   data::batch batch;

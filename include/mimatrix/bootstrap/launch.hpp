@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "mimatrix/bootstrap/detail/fd.hpp"
+#include "mimatrix/bootstrap/detail/launch_guardian.hpp"
 #include "mimatrix/bootstrap/detail/shm_files.hpp"
 #include "mimatrix/core/error.hpp"
 
@@ -90,8 +91,8 @@ inline int pick_free_port() {
   return ntohs(a.sin_port);
 }
 
-/// Installs the forwarding handlers for SIGINT, SIGTERM and SIGCHLD, and puts back what was
-/// there before when it goes.
+/// Installs the forwarding handlers for SIGINT, SIGTERM, SIGHUP and SIGCHLD, and puts back
+/// what was there before when it goes.
 class launch_signals {
  public:
   launch_signals() {
@@ -116,17 +117,19 @@ class launch_signals {
 
   int fd() const noexcept { return read_.get(); }
 
-  static constexpr int signals[] = {SIGINT, SIGTERM, SIGCHLD};
+  // SIGHUP too: a closed terminal left the ranks running (a black-box test).
+  static constexpr int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 
  private:
   unique_fd read_, write_;
-  struct sigaction old_[3] {};
+  struct sigaction old_[std::size(signals)] {};
 };
 
 /// One rank's child process and the read ends of its output pipes.
 struct launched_rank {
   pid_t pid = -1;
   bool running = false;
+  bool terminated = false;  // its group was signalled to end
   unique_fd out[2];         // stdout, stderr (empty when not piped)
   std::string partial[2];   // a line not yet ended
 };
@@ -141,9 +144,13 @@ class launcher {
   launch_result run() {
     const auto environments = build_environments();
     piped_ = options_.capture || options_.prefix;
+    launch_guardian guardian(ranks_.size(), options_.kill_after);  // before our handlers: it has none
     launch_signals signals;
     try {
-      for (std::size_t r = 0; r < ranks_.size(); ++r) start(static_cast<int>(r), environments[r]);
+      for (std::size_t r = 0; r < ranks_.size(); ++r) {
+        start(static_cast<int>(r), environments[r]);
+        guardian.add(ranks_[r].pid);
+      }
     } catch (...) {
       signal_all(SIGKILL);
       for (auto& rank : ranks_)
@@ -261,12 +268,13 @@ class launcher {
     // time_point::max() stands for "not set" (std::optional trips GCC 12's -Wmaybe-uninitialized).
     constexpr auto never = clock::time_point::max();
     const auto deadline = options_.timeout.count() > 0 ? started + options_.timeout : never;
-    auto term_at = never, kill_at = never;
+    auto term_at = never, kill_at = never, close_at = never;
     int interrupts = 0;
+    bool ending = false;  // every rank's own process has exited: what is left of their groups goes
     std::size_t live = ranks_.size();
     std::vector<pollfd> fds;
     std::vector<std::pair<std::size_t, int>> which;  // (rank, stream) of fds[1...]
-    while (live > 0) {
+    while (live > 0 || open_pipes()) {
       fds.assign(1, pollfd{signal_fd, POLLIN, 0});
       which.clear();
       for (std::size_t r = 0; r < ranks_.size(); ++r)
@@ -278,7 +286,7 @@ class launcher {
       // Sleep until output, a signal (SIGCHLD included) or the next deadline.
       auto next = clock::now() + std::chrono::seconds(1);
       if (!result_.timed_out) next = std::min(next, deadline);
-      next = std::min({next, term_at, kill_at});
+      next = std::min({next, term_at, kill_at, close_at});
       const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
       ::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(wait, 0)));
 
@@ -306,9 +314,11 @@ class launcher {
         if (!rank.running || ::waitpid(rank.pid, &status, WNOHANG) != rank.pid) continue;
         rank.running = false;
         --live;
-        // Whatever it wrote before exiting is in the pipe now; a grandchild that still
-        // holds the pipe open must not keep us waiting, so read what is there and close.
-        for (int s = 0; s < 2; ++s) read_output(r, s, true);
+        // Whatever it wrote before exiting is in the pipe now. What it started (a wrapper
+        // script's program) may still write: its pipes stay open while its group lives (a
+        // black-box test lost a wrapped rank's last lines); they end with the launch below.
+        if (!group_alive(rank.pid))
+          for (int s = 0; s < 2; ++s) read_output(r, s, true);
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         // A rank killed by a signal could not remove its shared-memory files: we do.
         if (WIFSIGNALED(status)) remove_shm_files_of(rank.pid);
@@ -336,12 +346,51 @@ class launcher {
         signal_all(SIGKILL);
         kill_at = never;
       }
+      if (live == 0) end_groups(ending, kill_at, close_at, now);
     }
   }
 
+  static bool group_alive(pid_t group) { return ::kill(-group, 0) == 0; }
+
+  bool open_pipes() const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [](const launched_rank& r) { return r.out[0] || r.out[1]; });
+  }
+
+  /// After every rank's own process exited: what is left of their process groups (a
+  /// wrapper's program, a rank's background work) gets SIGTERM (unless it had one), then
+  /// SIGKILL after kill_after; a group gone has its pipes read to the end and closed, and a second after
+  /// the SIGKILL every pipe is (a process that left its group may hold one).
+  void end_groups(bool& ending, clock::time_point& kill_at, clock::time_point& close_at, clock::time_point now) {
+    constexpr auto never = clock::time_point::max();
+    if (!ending) {
+      ending = true;
+      kill_at = close_at = never;
+      bool lingering = false;
+      for (const auto& rank : ranks_) {
+        if (!group_alive(rank.pid)) continue;
+        lingering = true;
+        // A group already told to end (a timeout, an interrupt) gets the time to finish
+        // (its last lines); a second SIGTERM could cut that short.
+        if (!rank.terminated) ::kill(-rank.pid, SIGTERM);
+      }
+      if (lingering) kill_at = now + options_.kill_after;
+    }
+    if (now >= kill_at) {
+      for (const auto& rank : ranks_) ::kill(-rank.pid, SIGKILL);
+      kill_at = never;
+      close_at = now + std::chrono::seconds(1);
+    }
+    for (std::size_t r = 0; r < ranks_.size(); ++r)
+      if ((ranks_[r].out[0] || ranks_[r].out[1]) && (now >= close_at || !group_alive(ranks_[r].pid)))
+        for (int s = 0; s < 2; ++s) read_output(r, s, true);
+  }
+
   void signal_all(int signal_number) {
-    for (auto& rank : ranks_)
-      if (rank.running && ::kill(-rank.pid, signal_number) != 0) ::kill(rank.pid, signal_number);
+    for (auto& rank : ranks_) {
+      if (!rank.running) continue;
+      if (::kill(-rank.pid, signal_number) != 0) ::kill(rank.pid, signal_number);
+      rank.terminated = true;
+    }
   }
 
   /// Reads what rank `r`'s stream `s` has; with `final`, everything up to EOF or what would
@@ -397,6 +446,10 @@ class launcher {
 
 }  // namespace detail
 
+/// The most ranks one launch starts on one machine (each a process and two pipes; a
+/// number past it grew the launcher to gigabytes before any rank started).
+inline constexpr int max_local_ranks = 4096;
+
 /// Runs `options.ranks` copies of `options.argv` on this machine and waits for all of them.
 ///
 /// Each rank runs in its own process group with stdin from /dev/null, and gets RANK,
@@ -404,9 +457,12 @@ class launcher {
 /// (127.0.0.1) and MASTER_PORT (a free port) unless options.env or this process's
 /// environment already gives MASTER_ADDR/MASTER_PORT; options.env is applied last. When a
 /// rank fails, the others get `grace`, then SIGTERM, then `kill_after`, then SIGKILL.
-/// SIGINT and SIGTERM sent to this process are passed on to every rank (a second one
-/// kills them); the handlers are put back before returning. A program that cannot be
-/// executed makes its rank exit 127 with a message on its stderr.
+/// SIGINT, SIGTERM and SIGHUP sent to this process are passed on to every rank (a second
+/// one kills them); the handlers are put back before returning. A program that cannot be
+/// executed makes its rank exit 127 with a message on its stderr. What is left of a rank's
+/// process group when its own process exits (a wrapper's program, background work) is
+/// read from until the launch ends, and then ended (SIGTERM, kill_after, SIGKILL); if
+/// this process dies first (even by SIGKILL), a guardian process ends those groups.
 ///
 /// Throws errc::invalid_argument for bad options, and a system error code when a pipe or
 /// fork fails (after killing the ranks already started).
@@ -415,8 +471,9 @@ class launcher {
 /// One call at a time in a process (it owns the process's SIGINT, SIGTERM and SIGCHLD
 /// handlers while it runs); a concurrent call throws errc::invalid_argument.
 inline launch_result launch_local(const launch_options& options) {
-  if (options.ranks < 1)
-    throw error(errc::invalid_argument, "launch_local: ranks is " + std::to_string(options.ranks) + ", must be >= 1");
+  if (options.ranks < 1 || options.ranks > max_local_ranks)
+    throw error(errc::invalid_argument, "launch_local: ranks is " + std::to_string(options.ranks) + ", must be in [1, " +
+                                            std::to_string(max_local_ranks) + "]");
   if (options.argv.empty() || options.argv[0].empty())
     throw error(errc::invalid_argument, "launch_local: no program to run (argv is empty)");
   if (options.hosts < 0 || (options.hosts > 0 && options.ranks % options.hosts != 0))

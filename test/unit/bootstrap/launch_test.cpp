@@ -1,14 +1,21 @@
 // Tests of bootstrap/launch.hpp: exit codes, captured and prefixed output, the environment
-// the ranks see, and the timeout and grace that kill ranks.
+// the ranks see, the timeout and grace that kill ranks, and what ends with the launch (what
+// a rank leaves in its process group; everything, through the guardian, if the launcher dies).
 #include "mimatrix/bootstrap/launch.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace MIMATRIX_UNIT_ID {
@@ -199,6 +206,96 @@ TEST(launch_local, sigterm_to_the_launcher_is_passed_on) {
   EXPECT_EQ(now.sa_handler, before.sa_handler);
 }
 
+TEST(launch_local, sighup_to_the_launcher_is_passed_on) {
+  // A closed terminal: the launcher died of it and left the ranks running (a black-box test).
+  auto o = shell(2, "if [ \"$RANK\" = 0 ]; then kill -HUP $PPID; fi; sleep 100");
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local(o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);
+  EXPECT_EQ(r.status, (std::vector<int>{128 + SIGHUP, 128 + SIGHUP}));
+}
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet).
+bool gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  return line.size() > line.rfind(')') + 2 && line[line.rfind(')') + 2] == 'Z';
+}
+
+/// The pids a captured rank printed, one a line after its "[rank] " prefix.
+std::vector<pid_t> printed_pids(const std::string& output) {
+  std::vector<pid_t> pids;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    if (const auto at = line.find("] pid "); at != std::string::npos) pids.push_back(pid_t(std::stol(line.substr(at + 6))));
+  return pids;
+}
+
+// A wrapper script's program outlives the rank's own process (the shell) when both get
+// the timeout's SIGTERM: its last lines were cut off (a black-box test). Now its output is
+// read until its group ends, within kill_after.
+TEST(launch_local, a_wrapped_programs_last_lines_after_the_wrapper_exits_are_kept) {
+  auto o = shell(2, "sh -c 'trap \"sleep 0.3; echo late; exit 1\" TERM; while :; do sleep 0.05; done'; true");
+  o.timeout = 300ms;
+  o.kill_after = 3s;
+  const auto r = launch_local(o);
+  EXPECT_TRUE(r.timed_out);
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(r.output[std::size_t(rank)].find("[" + std::to_string(rank) + "] late"), std::string::npos)
+        << r.output[std::size_t(rank)];
+}
+
+// A rank's background work went on running after the launch (a black-box test): what is
+// left of a rank's process group when the launch ends gets SIGTERM.
+TEST(launch_local, what_a_rank_leaves_running_ends_with_the_launch) {
+  auto o = shell(2, "sleep 100 & echo pid $!; exit 0");
+  o.kill_after = 2s;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local(o);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms);  // SIGTERM ends a sleep at once
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto pids = printed_pids(r.output[std::size_t(rank)]);
+    ASSERT_EQ(pids.size(), 1u) << r.output[std::size_t(rank)];
+    for (int k = 0; k < 100 && !gone(pids[0]); ++k) std::this_thread::sleep_for(10ms);  // init reaps it
+    EXPECT_TRUE(gone(pids[0])) << "rank " << rank << "'s background sleep " << pids[0] << " outlived the launch";
+  }
+}
+
+// The launcher killed by SIGKILL cannot end its ranks' groups: its guardian does.
+TEST(launch_local, a_launcher_killed_by_sigkill_leaves_nothing_of_its_ranks_running) {
+  char dir[] = "/tmp/mimatrix_guardian_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/pids";
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    // A wrapper's program: the rank's own process (the shell) dies with the launcher, this not.
+    auto o = shell(2, "sleep 100 & echo $! >> " + file + "; wait");
+    o.capture = false;
+    o.prefix = false;
+    launch_local(o);
+    ::_exit(0);
+  }
+  std::vector<pid_t> pids;
+  for (int k = 0; k < 500 && pids.size() < 2; ++k) {
+    std::this_thread::sleep_for(10ms);
+    std::ifstream in(file);
+    pids.clear();
+    for (pid_t p; in >> p;) pids.push_back(p);
+  }
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  ASSERT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) {
+    for (int k = 0; k < 300 && !gone(p); ++k) std::this_thread::sleep_for(10ms);
+    EXPECT_TRUE(gone(p)) << "a rank's sleep " << p << " outlived its killed launcher by 3 s";
+    if (!gone(p)) ::kill(p, SIGKILL);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(launch_local, a_program_that_cannot_run_exits_127) {
   launch_options o;
   o.ranks = 2;
@@ -222,6 +319,9 @@ TEST(launch_local, bad_options_are_rejected) {
   EXPECT_THROW(launch_local(o), mimatrix::error);
   o.argv = {"true"};
   o.env = {{"A=B", "c"}};
+  EXPECT_THROW(launch_local(o), mimatrix::error);
+  o.env.clear();
+  o.ranks = mimatrix::bootstrap::max_local_ranks + 1;  // grew to gigabytes before any rank started
   EXPECT_THROW(launch_local(o), mimatrix::error);
 }
 
