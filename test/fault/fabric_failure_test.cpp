@@ -153,6 +153,42 @@ MIMATRIX_SCENARIO(stopped_rank_zero) {
   });
 }
 
+// Rank 1 stops (SIGSTOP) after a first call, until a child it forked continues it past
+// the deadline; rank 0 starts six allreduces and waits for each in turn. The first
+// one's probe finds rank 1 lost; the others must not each wait a deadline of their own
+// (a black-box test: a trainer with buckets in flight named a stopped rank after 1.4-2x
+// its timeout). Rank 0 prints "ALL FAILED <ms>" from the first start to the last failure.
+MIMATRIX_SCENARIO(stopped_rank_under_calls_in_flight) {
+  communicator<fabric> comm;
+  comm.set_timeout(std::chrono::milliseconds(timeout_ms));
+  collectives<fabric> coll(comm);
+  std::vector<std::vector<int>> data(6, std::vector<int>(1000, 1));
+  coll.allreduce(data[0].data(), data[0].data(), 1000, dtype::int32, reduce::op_kind::sum).wait();
+  if (comm.rank() == 1) {
+    const pid_t self = ::getpid();
+    if (::fork() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
+      ::kill(self, SIGCONT);
+      ::_exit(0);
+    }
+    ::kill(self, SIGSTOP);
+    return 0;  // its calls' peer is gone by now; nothing left to check here
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 is stopped by then
+  const auto t0 = clock_type::now();
+  std::vector<request> calls;
+  for (auto& d : data) calls.push_back(coll.allreduce(d.data(), d.data(), d.size(), dtype::int32, reduce::op_kind::sum));
+  int failed = 0;
+  for (auto& call : calls) {
+    std::error_code ec;
+    call.wait(ec);
+    failed += ec == make_error_code(errc::peer_lost);
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
+  std::printf("ALL FAILED %lld: %d of 6 with peer_lost\n", static_cast<long long>(ms), failed);
+  return failed == 6 ? 0 : 1;
+}
+
 MIMATRIX_SCENARIO(mismatched_counts) {
   return with_allreduce([](communicator<fabric>& comm, auto& sum) {
     std::vector<int> data(1000 + (comm.rank() == 1 ? 24 : 0), 1);
@@ -549,6 +585,18 @@ TEST_P(fabric_failure, a_stopped_rank_zero_is_named_within_the_deadline) {
   }
   // One survivor may instead see the other one gone first (seen once in 8 runs over shm).
   EXPECT_GE(named, 1) << test::all_output(r);
+}
+
+// Regression (a black-box test): each call in flight waited out a deadline of its own after
+// the first had found the peer lost. Now a lost peer is lost to every call.
+TEST(fabric_failure_in_flight, a_stopped_peer_fails_every_call_in_flight_within_one_deadline) {
+  const auto r = test::run_ranks(2, "shm", "stopped_rank_under_calls_in_flight");
+  ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
+  const std::string& out = r.output[0];
+  const auto at = out.find("ALL FAILED ");
+  ASSERT_NE(at, std::string::npos) << test::all_output(r);
+  const long long ms = std::stoll(out.substr(at + 11));
+  EXPECT_LE(ms, timeout_ms + 1000) << test::all_output(r);
 }
 
 TEST_P(fabric_failure, mismatched_counts_fail_every_rank_with_mismatch) {

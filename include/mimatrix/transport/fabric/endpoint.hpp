@@ -251,6 +251,9 @@ class endpoint {
     every_call_ = &*disabled_;
   }
   const fabric::failure* disabled() const { return disabled_ ? &*disabled_ : nullptr; }
+  /// A call lost a peer: so does every call in flight and later (a stopped rank, not dead
+  /// to ended_peers(), held each call in flight a timeout more: a black-box test).
+  void lose_peer(fabric::failure f) { if (!every_call_) every_call_ = &*(peer_lost_ = std::move(f)); }
 
   // ---- workspaces ----------------------------------------------------------------
 
@@ -472,16 +475,12 @@ class endpoint {
   std::map<std::uint64_t, fabric::failure> failures_;
   call_records records_;  // this rank's latest calls, for peers that ask (runs())
   std::optional<fabric::failure> aborted_;   // abort_all(), here or on another rank
-  const fabric::failure* every_call_ = nullptr;  // disabled_ or aborted_, once either is
+  const fabric::failure* every_call_ = nullptr;  // disabled_, aborted_ or peer_lost_, once one is
   std::uint64_t calls_ = 0;  // calls this rank ran (entered())
   std::optional<std::pair<std::uint64_t, fabric::failure>> left_;  // the first call a closed peer never joins
   std::optional<fabric::failure> disabled_;  // disable(): the libfabric endpoint is closed
-  struct queued_control {
-    posted_op* request;
-    int peer;
-    std::size_t bytes;
-    clock::time_point until;
-  };
+  std::optional<fabric::failure> peer_lost_;  // lose_peer()
+  struct queued_control { posted_op* request; int peer; std::size_t bytes; clock::time_point until; };
   std::vector<queued_control> backlog_;  // control messages the provider pushed back
   std::vector<std::uint64_t> pongs_;
   std::vector<std::uint64_t> peer_calls_;  // by rank: the calls it had entered, as its last pong said

@@ -58,6 +58,7 @@ inline void execution::on_failure(errc code, bool tell_others) {
   while (ep_->orphans() && clock::now() < until)
     if (!ep_->progress()) std::this_thread::yield();
   if (tell_others) ep_->announce_failure(sig().sequence, code, message());
+  if (code == errc::peer_lost) ep_->lose_peer({code, message()});
   // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
   // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
   if (ep_->orphans())
