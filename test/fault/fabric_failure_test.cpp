@@ -128,6 +128,17 @@ MIMATRIX_SCENARIO(stalled_rank_with_a_progress_thread) {
   });
 }
 
+/// Stops this whole process (SIGSTOP) until a child it forks continues it after `pause`.
+void stop_for(std::chrono::milliseconds pause) {
+  const pid_t self = ::getpid();
+  if (::fork() == 0) {
+    std::this_thread::sleep_for(pause);
+    ::kill(self, SIGCONT);
+    ::_exit(0);
+  }
+  ::kill(self, SIGSTOP);
+}
+
 // Rank 0 (which serves the store) is stopped by SIGSTOP, the whole process, until a child
 // it forked continues it past its peers' deadline. A first call, and a pause for the peers
 // to finish it, keep the stop out of their start-up (under a sanitizer it once fell there,
@@ -138,13 +149,7 @@ MIMATRIX_SCENARIO(stopped_rank_zero) {
     sum(data);
     if (comm.rank() == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      const pid_t self = ::getpid();
-      if (::fork() == 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
-        ::kill(self, SIGCONT);
-        ::_exit(0);
-      }
-      ::kill(self, SIGSTOP);
+      stop_for(std::chrono::milliseconds(timeout_ms + 1500));
     }
     const int caught = expect_error(comm, [&] { sum(data); });
     // A survivor that exits at once would be what the other survivor sees first.
@@ -165,13 +170,7 @@ MIMATRIX_SCENARIO(stopped_rank_under_calls_in_flight) {
   std::vector<std::vector<int>> data(6, std::vector<int>(1000, 1));
   coll.allreduce(data[0].data(), data[0].data(), 1000, dtype::int32, reduce::op_kind::sum).wait();
   if (comm.rank() == 1) {
-    const pid_t self = ::getpid();
-    if (::fork() == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 1500));
-      ::kill(self, SIGCONT);
-      ::_exit(0);
-    }
-    ::kill(self, SIGSTOP);
+    stop_for(std::chrono::milliseconds(timeout_ms + 1500));
     return 0;  // its calls' peer is gone by now; nothing left to check here
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 is stopped by then
