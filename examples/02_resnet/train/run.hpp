@@ -225,6 +225,9 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
   coll.allgather(&local_batch, batches.data(), 1, dtype::int64).wait();
   const std::int64_t global = std::accumulate(batches.begin(), batches.end(), std::int64_t{0});
   const std::int64_t offset = std::accumulate(batches.begin(), batches.begin() + rank, std::int64_t{0});
+  // Flags first: ranks given different --batch would otherwise hear only that the shares
+  // do not sum to it (a black-box test).
+  check_flags_agree(coll, opt, rank, ranks);
   // Every rank sees every share, so all refuse together (an empty share divided by zero).
   for (int i = 0; i < ranks; ++i)
     if (batches[std::size_t(i)] <= 0)
@@ -233,7 +236,6 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
   if (global != opt.batch)
     throw std::invalid_argument("the ranks' local batches sum to " + std::to_string(global) + ", not --batch " +
                                 std::to_string(opt.batch) + " (under a job server: give it and its workers the same --batch)");
-  check_flags_agree(coll, opt, rank, ranks);
   s.step = s.take_most_advanced(coll);
 
   const bool equal_batches = std::all_of(batches.begin(), batches.end(), [&](auto b) { return b == batches[0]; });
