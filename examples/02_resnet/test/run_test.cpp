@@ -274,6 +274,10 @@ TEST(train_group, ranks_given_different_flags_both_fail_naming_the_flag) {
   // --batch too, before the shares are summed against it (which said only "sum to 4, not --batch 8").
   train_two(o, [](int rank, rt::session& s) { s.opt.batch = rank == 0 ? 4 : 8; }, errors);
   for (const auto& why : errors) EXPECT_NE(why.find("was given another --batch than rank 0"), std::string::npos) << why;
+  // A checkpoint given to rank 1 alone: rank 0, which saves, has none (nothing was saved).
+  train_two(o, [](int rank, rt::session& s) { s.opt.checkpoint = rank == 1 ? "/tmp/unused.ckpt" : ""; }, errors);
+  for (const auto& why : errors)
+    EXPECT_NE(why.find("was given another --checkpoint than rank 0"), std::string::npos) << why;
 }
 
 // Regression (a black-box test): a revoke during an epoch's end (its last step counted)

@@ -17,7 +17,9 @@
 namespace mimatrix::resnet::train {
 
 /// The flags that change what a step computes or which collectives a run makes, as text.
-/// Not those of one process (--data, --threads, --progress, --checkpoint, --job-server).
+/// Not those of one process (--data, --threads, --progress, --job-server), nor --checkpoint's
+/// path (a disk of each host's own), only whether it is given: rank 0 saves, so a path given
+/// to another rank alone saved nothing, without a word (a black-box test).
 inline std::vector<std::pair<const char*, std::string>> recipe_flags(const options& o) {
   const auto n = [](auto v) { return std::to_string(v); };
   return {{"--model", o.model},
@@ -45,7 +47,8 @@ inline std::vector<std::pair<const char*, std::string>> recipe_flags(const optio
           {"--stop-after", n(o.stop_after)},
           {"--log-every", n(o.log_every)},
           {"--device", o.device},
-          {"--tf32", n(o.tf32)}};
+          {"--tf32", n(o.tf32)},
+          {"--checkpoint", o.checkpoint.empty() ? "(none)" : "(given)"}};
 }
 
 inline std::int64_t flag_digest(const std::string& text) {  // FNV-1a
