@@ -74,6 +74,15 @@ std::unique_ptr<Session> make_session(const rt::options& opt) {
 }
 
 // Ranks from the launcher's environment (or one rank alone), local batches split evenly.
+/// Resumes from --checkpoint when --resume asks, saying so where `say` (flushed: under a
+/// launcher's pipe the line would wait for the first epoch's).
+template <class Session>
+void resume(Session& s, bool say) {
+  if (s.resume_from_checkpoint() && say)
+    std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
+  std::fflush(stdout);
+}
+
 template <class Session>
 int run_standalone(Session& s) {
   mx::communicator<fabric> comm;
@@ -86,9 +95,7 @@ int run_standalone(Session& s) {
   const std::int64_t local = s.opt.batch / p + (r < s.opt.batch % p ? 1 : 0);
   try {
     if (r == 0) rt::check_checkpoint_writable(s.opt);
-    if (s.resume_from_checkpoint() && r == 0)
-      std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
-    std::fflush(stdout);
+    resume(s, r == 0);
     rt::train_group(s, comm, local);
   } catch (const std::exception& e) {
     // A failure of this rank alone (say rank 0's checkpoint) would leave the others waiting
@@ -128,9 +135,7 @@ int run_with_job_server(Session& s) {
     if (current) current->abort("the job server revoked generation " + std::to_string(r.generation) + ": " + r.reason);
   });
   rt::check_checkpoint_writable(s.opt);  // any worker may be a generation's rank 0, which saves it
-  if (s.resume_from_checkpoint())  // each worker its own: a group starts from its most advanced
-    std::printf("resnet_train: resumed from %s at step %lld\n", s.opt.checkpoint.c_str(), static_cast<long long>(s.step));
-  std::fflush(stdout);
+  resume(s, true);  // each worker its own: a group starts from its most advanced
   while (true) {
     const job::assignment a = client.next_assignment(std::chrono::minutes(10));
     mx::transport::fabric_options options;

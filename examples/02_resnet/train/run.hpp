@@ -326,7 +326,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
         // nccl-tests' bus bandwidth of a step's gradients, allreduced after backward.
         if (serial > 0)
           std::printf(" allreduce %.2fGB/s",
-                      allreduce_busbw_gbps(double(s.net.parameter_count()) * sizeof(float), ranks, serial));
+                      allreduce_busbw_gbps(double(gradient_bytes), ranks, serial));
         if (opt.overlap && serial_steps && overlapped_steps)
           std::printf(" hidden %.0f%% (of %.2fms)", serial > 0 ? 100.0 * std::max(0.0, 1.0 - exposed / serial) : 100.0,
                       serial);
@@ -389,8 +389,7 @@ void train_group(Session& s, communicator<Transport>& comm, std::int64_t local_b
     if (on_step) {
       // Only a step that waited for the whole allreduce after backward times it.
       const bool whole = (!opt.overlap || measure) && st.wait_measured;
-      const double gradient_bytes = double(s.net.parameter_count()) * sizeof(float);
-      on_step({s.step, local_batch, st, whole ? allreduce_busbw_gbps(gradient_bytes, ranks, st.wait_ms) : 0.0});
+      on_step({s.step, local_batch, st, whole ? allreduce_busbw_gbps(double(gradient_bytes), ranks, st.wait_ms) : 0.0});
     }
     // Every rank is at the same step, so all take part in the progress line's sum.
     if (opt.log_every > 0 && s.step % opt.log_every == 0) {
