@@ -75,6 +75,7 @@ int kill_last_rank_mid_call(int deadline_ms) {
         std::vector<int> data(std::size_t(1) << 20, comm.rank());
         sum(data);  // every rank takes part once
         if (data[0] != comm.size() * (comm.size() - 1) / 2) return 1;
+        test::wait_until_the_others_finished(comm, "killed_rank.first_call");
         if (comm.rank() == comm.size() - 1) {
           auto pending = sum.start(data);  // mid-collective: messages or writes are in flight
           (void)pending.test();

@@ -63,6 +63,7 @@ MIMATRIX_SCENARIO(recover_after_a_kill) {
     sum_t sum(world);
     std::vector<std::int64_t> data(std::size_t(1) << 20, 1);
     sum(data);
+    test::wait_until_the_others_finished(world, "recovery.first_call");
     if (world.rank() == world.size() - 1) {
       auto pending = sum.start(data);
       (void)pending.test();

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -95,6 +96,22 @@ inline bootstrap::launch_result run_ranks(int ranks, const std::string& provider
   o.timeout = limit;
   o.grace = std::chrono::seconds(30);
   return bootstrap::launch_local(o);
+}
+
+/// Holds the last rank until every other rank has finished the call before this, counted
+/// under `key` in the communicator's store. A rank about to be killed would otherwise die
+/// while a slower peer still finishes that call, and the peer's liveness probe may fail
+/// it: a test that means to kill between calls must wait (a CI run under ASan did not).
+template <class Communicator>
+void wait_until_the_others_finished(Communicator& comm, const std::string& key) {
+  const auto store = comm.transport().store();
+  if (comm.rank() != comm.size() - 1) {
+    (void)store->add(key, 1);
+    return;
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (store->add(key, 0) < comm.size() - 1 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 /// Every rank's output, for failure messages.
