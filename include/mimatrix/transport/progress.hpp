@@ -33,6 +33,9 @@ class execution : public mimatrix::detail::operation {
     static const std::string none;
     return ending_ ? ending_->message : none;
   }
+  /// Where a failure began: the first failing rank's and call's own words, which failures
+  /// derived from it (another rank's, a later call's) quote instead of each other's.
+  const std::string& origin() const { return ending_ && !ending_->origin.empty() ? ending_->origin : message(); }
 
   bool finished() const { return finished_; }
 
@@ -54,8 +57,8 @@ class execution : public mimatrix::detail::operation {
   virtual void idle(int rounds) = 0;
 
   void succeed() { finished_ = true; }
-  void end_with(errc code, std::string message) {
-    ending_ = std::make_unique<ending>(ending{make_error_code(code), std::move(message)});
+  void end_with(errc code, std::string message, std::string origin = {}) {
+    ending_ = std::make_unique<ending>(ending{make_error_code(code), std::move(message), std::move(origin)});
     finished_ = true;
   }
   progress_engine& engine() { return engine_; }
@@ -69,6 +72,7 @@ class execution : public mimatrix::detail::operation {
   struct ending {
     std::error_code ec;
     std::string message;
+    std::string origin;  // empty: the message is its own origin
   };
   std::unique_ptr<ending> ending_;  // a failed call's; none while it runs or once it succeeded
   std::error_code ending_code() const { return ending_ ? ending_->ec : std::error_code{}; }

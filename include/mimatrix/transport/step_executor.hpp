@@ -165,12 +165,13 @@ class step_executor : public execution {
   void arrive(schedule::step_id id, const std::byte* data);
   /// A peer raised flag `tag` for this call.
   void raise_flag(std::uint32_t tag, int writer);
-  /// Fails this rank's call (the transport tells the other ranks).
-  void fail(errc code, std::string message);
-  /// Another rank failed this call.
-  void fail_from(errc code, const std::string& message);
+  /// Fails this rank's call (the transport tells the other ranks); `origin`: the failure it
+  /// follows from, if not its own (origin()).
+  void fail(errc code, std::string message, std::string origin = {});
+  /// Another rank, or an earlier call here, failed this call; `origin` names where it began.
+  void fail_from(errc code, const std::string& origin);
   /// Ends this call with `message` as it is, telling no one (an abort they know of).
-  void abandon(errc code, std::string message);
+  void abandon(errc code, std::string message, std::string origin = {});
   /// Starts loading what running or completing step `id` touches: a transport that
   /// knows which steps of many calls come next (a simulator of thousands of ranks)
   /// overlaps their cache misses instead of taking them one by one.

@@ -133,7 +133,7 @@ class inproc_execution final : public step_executor {
   /// Records the failure for the other ranks and takes back every send that a receiver
   /// has not claimed (waiting for one being read now).
   void on_failure(errc code, bool) override {
-    world_.fail(call_, {code, message()});
+    world_.fail(call_, {code, origin()});
     // What this rank holds and will not read now (a landing the device refused), before
     // it waits for its peers to let go of its own: they may be waiting likewise.
     for (posted_send*& held : held_)

@@ -14,26 +14,39 @@
 
 namespace mimatrix::transport {
 
-inline void step_executor::fail(errc code, std::string message) {
+inline void step_executor::fail(errc code, std::string message, std::string origin) {
   if (finished()) return;
-  end_with(code, std::move(message));
+  end_with(code, std::move(message), std::move(origin));
   if (fate_) fate_->mark(code, this->message());
   settle_device_after_failure();
   on_failure(code, true);
 }
 
-inline void step_executor::abandon(errc code, std::string message) {
+inline void step_executor::abandon(errc code, std::string message, std::string origin) {
   if (finished()) return;
-  end_with(code, std::move(message));
+  end_with(code, std::move(message), std::move(origin));
   if (fate_) fate_->mark(code, this->message());
   settle_device_after_failure();
   on_failure(code, false);
 }
 
-inline void step_executor::fail_from(errc code, const std::string& message) {
+/// Whether a failure's words begin with this rank ("rank 2, ...", "rank 2's ...": origins
+/// all name their rank first).
+inline bool names_rank(std::string_view origin, int rank) {
+  const std::string self = "rank " + std::to_string(rank);
+  return origin.starts_with(self) && origin.size() > self.size() &&
+         std::string_view(",:' ").find(origin[self.size()]) != std::string_view::npos;
+}
+
+inline void step_executor::fail_from(errc code, const std::string& origin) {
   if (finished()) return;
-  end_with(code, "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) + " failed on another rank: " +
-                     message);
+  // Quoting the origin, not the message of each rank or call that passed it on, keeps the
+  // cause in front (it nested four deep after a rank killed across hosts: a black-box test).
+  const bool own = names_rank(origin, plan_->rank);
+  end_with(code,
+           "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) +
+               (own ? " failed after an earlier failure on this rank: " : " failed on another rank: ") + origin,
+           origin);
   if (fate_) fate_->mark(code, this->message());
   settle_device_after_failure();
   on_failure(code, false);

@@ -239,8 +239,9 @@ class endpoint {
   /// them (tcp;ofi_rxm can crash closing an endpoint with a transfer in flight): they are
   /// left to the process's exit. Every call then fails at once with `code`, naming `why`.
   void disable(errc code, std::string why) {
+    if (disabled_) return;  // the first cause stays: later calls' failures follow from it
     // Aborts and their relays still queued go out first: the others must hear of the failure.
-    tell_peers_disabled(why);
+    tell_peers_disabled(code, why);
     const auto until = clock::now() + std::chrono::milliseconds(200);
     while (ep_ && !backlog_.empty() && clock::now() < until)
       if (!progress()) std::this_thread::yield();
@@ -356,7 +357,7 @@ class endpoint {
 
   /// Pings every rank, waits up to `grace`; returns those silent (exited, killed, stuck).
   std::vector<int> silent_peers(std::chrono::milliseconds grace);
-  void tell_peers_disabled(const std::string& why);  // so that their later calls fail too
+  void tell_peers_disabled(errc code, const std::string& why);  // so that their later calls fail too
   /// Peers that answered the last probe but had not entered call `sequence` ("" if none).
   std::string behind(std::uint64_t sequence) const;
 

@@ -55,11 +55,11 @@ inline void endpoint::abort_all(const std::string& why) {
 // Ranks that finished the call this rank failed would otherwise meet its closed endpoint
 // only at their next call's deadline (found by a black-box test: a broadcast whose ranks
 // disagreed on the root failed on one rank, and over tcp the others were never told).
-inline void endpoint::tell_peers_disabled(const std::string& why) {
+inline void endpoint::tell_peers_disabled(errc code, const std::string& why) {
   if (!ep_ || disabled_ || aborted_) return;
   const auto until = clock::now() + control_patience;
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_) send_control(peer, {wire::control_type::shutdown, errc::aborted, rank_, 0, why}, until);
+    if (peer != rank_) send_control(peer, {wire::control_type::shutdown, code, rank_, 0, why}, until);
 }
 
 inline std::vector<int> endpoint::silent_peers(std::chrono::milliseconds grace) {
@@ -157,7 +157,8 @@ inline void endpoint::on_control(const wire::control_message& m) {
       break;
     case wire::control_type::shutdown:
       if (!aborted_ && !disabled_) {
-        aborted_ = fabric::failure{errc::aborted, m.text};
+        // A lost peer closed the sender's endpoint: calls here fail as lost-peer calls too.
+        aborted_ = fabric::failure{m.code == errc::peer_lost ? errc::peer_lost : errc::aborted, m.text};
         every_call_ = &*aborted_;
         relay(m);
       }
@@ -206,8 +207,16 @@ inline std::string endpoint::ended_peers() const {
   if (!unseen || !store_ || prefix_.empty()) return gone;
   // Not under the engine's lock: a caller's blocking get on the store would hold it up.
   if (!lost_) lost_ = std::make_unique<lost_watch>(store_, prefix_, rank_, size_);
-  const std::string lost = lost_->look();
-  return gone.empty() ? lost : lost.empty() ? gone : gone + "; " + lost;
+  // A peer named above is not named again in the store's words (a survivor on its host read
+  // both, one after the other).
+  const auto ended_here = [&](int peer) {
+    for (const auto& [rank, mark] : local_processes_)
+      if (rank == peer) return mark.state() == process_status::ended;
+    return false;
+  };
+  for (const auto& [peer, why] : lost_->look())
+    if (!ended_here(peer)) gone += (gone.empty() ? "rank " : "; rank ") + std::to_string(peer) + " " + why;
+  return gone;
 }
 
 inline void endpoint::ask_which_call(int peer, std::uint64_t sequence, std::uint64_t packed, std::uint64_t agreement) {

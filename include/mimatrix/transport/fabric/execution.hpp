@@ -142,9 +142,11 @@ class execution final : public step_executor, private call {
       mem_.scratch = ws_->scratch.reserve(this->plan().scratch_bytes);
     if (!shared_ && !direct_) register_whole_buffers();
     if (const fabric::failure* d = ep_->disabled())
-      fail(d->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + d->message);
+      fail(d->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + d->message,
+           d->message);
     else if (const fabric::failure* a = ep_->aborted())
-      abandon(a->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + a->message);
+      abandon(a->code, "rank " + std::to_string(this->plan().rank) + ": " + to_string(sig) + " cannot run: " + a->message,
+              a->message);
     else if (auto f = ep_->failure(sig.sequence))
       fail_from(f->code, f->message);
     else if ((shared_ || direct_) && !export_buffers(*caller->device)) {
@@ -212,7 +214,7 @@ class execution final : public step_executor, private call {
   /// The endpoint knows this call failed: aborted (here or elsewhere), or on another rank.
   [[gnu::cold, gnu::noinline]] void end_failed(const fabric::failure& f) {
     if (&f == ep_->aborted())
-      abandon(f.code, "rank " + std::to_string(plan().rank) + ": " + to_string(sig()) + " ended: " + f.message);
+      abandon(f.code, "rank " + std::to_string(plan().rank) + ": " + to_string(sig()) + " ended: " + f.message, f.message);
     else
       fail_from(f.code, f.message);
   }

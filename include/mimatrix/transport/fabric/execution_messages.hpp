@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
@@ -23,6 +24,17 @@
 #include "mimatrix/transport/fabric/wire.hpp"
 
 namespace mimatrix::transport::detail::fabric {
+
+constexpr std::string_view endpoint_closed = "'s fabric endpoint was closed after ";
+
+/// Whether `origin` is another rank's word that it closed its endpoint ("rank 2's fabric
+/// endpoint was closed after ..."): cause and advice are in it, so a rank that closes its
+/// own for it passes it on as it is, not nested in words of its own.
+inline bool tells_a_closed_endpoint(std::string_view origin) {
+  if (!origin.starts_with("rank ")) return false;
+  const std::size_t end = origin.find_first_not_of("0123456789", 5);
+  return end != std::string_view::npos && end > 5 && origin.substr(end).starts_with(endpoint_closed);
+}
 
 // Only the failed calls' messages: an earlier call on a stream that has not failed may
 // still be in flight (calls on a stream start before the stream reaches them), its
@@ -57,25 +69,32 @@ inline void execution::on_failure(errc code, bool tell_others) {
   const auto until = clock::now() + std::chrono::milliseconds(200);
   while (ep_->orphans() && clock::now() < until)
     if (!ep_->progress()) std::this_thread::yield();
-  if (tell_others) ep_->announce_failure(sig().sequence, code, message());
-  if (code == errc::peer_lost) ep_->lose_peer({code, message()});
+  if (tell_others) ep_->announce_failure(sig().sequence, code, origin());
+  if (code == errc::peer_lost) ep_->lose_peer({code, origin()});
+  // Calls after a lost peer fail as lost-peer calls, whatever closes the endpoint on the way.
+  const errc closed = code == errc::peer_lost ? code : errc::aborted;
   // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
   // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
-  if (ep_->orphans())
-    ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
-                           to_string(sig()) + " failed with transfers the provider could not cancel (" +
-                           message() + "); create a new communicator");
-  else if ((code == errc::mismatch || connection_lost_) && ep_->provider() != "shm")
-    // A message longer than its receive makes tcp;ofi_rxm drop that connection, and not
-    // every rank learns which: a rank whose send met the dropped connection sees only a
-    // lost peer. Every rank stops alike, so none can succeed at a later call that
-    // another fails (the rxm providers are alike; shm truncates harmlessly).
-    ep_->disable(errc::aborted, "rank " + std::to_string(plan().rank) + "'s fabric endpoint was closed after " +
-                                    to_string(sig()) + " failed (" + message() + "): " + ep_->provider() +
-                                    (code == errc::mismatch ? " drops a connection that carried a message longer "
-                                                              "than the receive posted for it"
-                                                            : " dropped a connection to a peer") +
-                                    "; create a new communicator");
+  const bool uncancelled = ep_->orphans() != 0;
+  // A message longer than its receive makes tcp;ofi_rxm drop that connection, and not
+  // every rank learns which: a rank whose send met the dropped connection sees only a
+  // lost peer. Every rank stops alike, so none can succeed at a later call that
+  // another fails (the rxm providers are alike; shm truncates harmlessly).
+  const bool dropped = (code == errc::mismatch || connection_lost_) && ep_->provider() != "shm";
+  if (!uncancelled && !dropped) return give_back_memory();
+  if (tells_a_closed_endpoint(origin()))
+    ep_->disable(closed, origin());
+  else if (uncancelled)
+    ep_->disable(closed, "rank " + std::to_string(plan().rank) + std::string(endpoint_closed) + to_string(sig()) +
+                             " failed with transfers the provider could not cancel (" + origin() +
+                             "); create a new communicator");
+  else
+    ep_->disable(closed, "rank " + std::to_string(plan().rank) + std::string(endpoint_closed) + to_string(sig()) +
+                             " failed (" + origin() + "): " + ep_->provider() +
+                             (code == errc::mismatch ? " drops a connection that carried a message longer "
+                                                       "than the receive posted for it"
+                                                     : " dropped a connection to a peer") +
+                             "; create a new communicator");
   give_back_memory();
 }
 

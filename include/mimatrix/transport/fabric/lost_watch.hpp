@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/core/error.hpp"
@@ -43,9 +44,9 @@ class lost_watch {
     if (thread_.joinable()) thread_.join();
   }
 
-  /// What the store said of lost peers at its last read ("rank 2 (host b pid 4242) lost its
-  /// connection …"; none: ""), and asks for a new read. Never waits for the store.
-  std::string look() {
+  /// What the store said of lost peers at its last read, a rank and its words each ("(host b
+  /// pid 4242) lost its connection …"), and asks for a new read. Never waits for the store.
+  std::vector<std::pair<int, std::string>> look() {
     std::lock_guard lock(mutex_);
     if (lost_.empty() && !given_up_) {
       asked_ = true;
@@ -63,7 +64,7 @@ class lost_watch {
       if (stop_) return;
       asked_ = false;
       lock.unlock();
-      std::string found;
+      std::vector<std::pair<int, std::string>> found;
       bool failed = false;
       try {
         found = read();
@@ -78,14 +79,13 @@ class lost_watch {
     }
   }
 
-  std::string read() const {
+  std::vector<std::pair<int, std::string>> read() const {
     if (store_->add_within(prefix_ + "lost/any", 0, patience) == 0) return {};
-    std::string lost;
+    std::vector<std::pair<int, std::string>> lost;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       try {
-        const auto why = bootstrap::text_of(store_->get(prefix_ + "lost/" + std::to_string(r), {}));
-        lost += (lost.empty() ? "rank " : "; rank ") + std::to_string(r) + " " + why;
+        lost.emplace_back(r, bootstrap::text_of(store_->get(prefix_ + "lost/" + std::to_string(r), {})));
       } catch (const error&) {  // not this one
       }
     }
@@ -97,7 +97,7 @@ class lost_watch {
   const int rank_, size_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::string lost_;
+  std::vector<std::pair<int, std::string>> lost_;
   bool asked_ = false, given_up_ = false, stop_ = false;
   std::thread thread_;
 };
