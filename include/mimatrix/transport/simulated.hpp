@@ -9,11 +9,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/topology/bigraph.hpp"
 #include "mimatrix/transport/simulated/cluster.hpp"
 #include "mimatrix/transport/simulated/compute_costs.hpp"
 #include "mimatrix/transport/simulated/network.hpp"
@@ -81,9 +83,24 @@ std::vector<std::shared_ptr<const schedule::schedule>> build_schedules(const Top
 
 /// One call of `algorithm` on `topology` by every rank of `net`, without payloads: only
 /// time moves. (simulation::run with buffers moves and checks real data.)
+/// Throws invalid_argument when a BiGraph topology's shape is not that of the BiGraph
+/// cluster it runs on (a rank a NIC): HDRM maps its steps to links of the one and would be
+/// timed on the other's, without a word (found by a black-box test).
+inline void check_same_shape(const cluster& net, const topology::bigraph& topology, int size) {
+  if (net.model() != cluster::kind::bigraph || net.nics() != size) return;
+  const topology::bigraph mine = topology.resolved(size), theirs = net.shape();
+  if (mine.switches() == theirs.switches() && mine.nodes_per_switch() == theirs.nodes_per_switch()) return;
+  const auto text = [](const topology::bigraph& b) {
+    return "2 x " + std::to_string(b.switches() / 2) + " switches x " + std::to_string(b.nodes_per_switch()) + " nodes";
+  };
+  throw error(errc::invalid_argument, "simulate: the topology's BiGraph (" + text(mine) + ") is not the cluster's (" +
+                                          text(theirs) + "): build both from one topology::bigraph");
+}
+
 template <class Topology, class Algorithm>
 run_result simulate(cluster& net, const Topology& topology, const Algorithm& algorithm,
                     const schedule::descriptor& desc, const compute_costs& costs = {}) {
+  if constexpr (std::is_same_v<Topology, topology::bigraph>) check_same_shape(net, topology, desc.size);
   const auto plans = build_schedules(topology, algorithm, desc, true);
   simulation sim(net, costs);
   return sim.run(plans, reduce::host_kernels_for(dtype::float32, reduce::op_kind::sum));

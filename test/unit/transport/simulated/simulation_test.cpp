@@ -367,6 +367,25 @@ TEST(simulation, hdrm_on_a_bigraph_is_never_slower_than_halving_doubling) {
               time_of(algorithm::hdrm(one_message), 32, full, true), 1e-12);
 }
 
+// Found by a black-box test: an HDRM schedule built for one BiGraph shape ran on a
+// cluster of another without a word, its steps timed on links it did not map them to.
+TEST(simulation, a_bigraph_topology_of_another_shape_than_the_clusters_is_refused) {
+  const schedule::descriptor d{collective::allreduce, 32, 1 << 16, 4};
+  auto net = make_bigraph({.ranks = 32}, topology::bigraph(8, 4));
+  try {
+    (void)simulate(net, topology::bigraph(4, 8), algorithm::hdrm{}, d);
+    FAIL() << "nothing thrown";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("the topology's BiGraph (2 x 2 switches x 8 nodes) is not the cluster's "
+                                         "(2 x 4 switches x 4 nodes)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_GT(simulate(net, topology::bigraph(8, 4), algorithm::hdrm{}, d).seconds, 0);
+  EXPECT_GT(simulate(net, topology::bigraph{}, algorithm::hdrm{}, d).seconds, 0);  // resolved to the same
+}
+
 /// The ring's schedules, but rank 101's build throws: a worker thread builds it.
 struct ring_failing_at_101 {
   schedule::schedule build(const topology::ring& topo, const schedule::descriptor& d, int rank) const {
