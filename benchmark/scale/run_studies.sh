@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=docs/results/scaling
 mkdir -p "$out"
-if [[ ! -d build/default ]]; then cmake --preset default >/dev/null; fi
+cmake --preset default -DMIMATRIX_PROGRAM_OPTIMIZATION= >/dev/null  # not a quick test run's -O1
 cmake --build build/default --target scale_studies >/dev/null
 build/default/benchmark/scale/scale_studies --out "$out" "$@" | tee "$out/tables.md"
 missing=$(for f in nic topology gdraa resnet; do [[ -f $out/$f.dat ]] || echo "$f"; done)
