@@ -16,7 +16,7 @@ ranks=${1:-2}
 sizes=${2:-"8 1M 64M"}
 
 scripts/setup-debian.sh
-cmake --preset default -DMIMATRIX_PROGRAM_OPTIMIZATION= >/dev/null  # the build type's, after a quick test run's -O1
+cmake --preset default -DMIMATRIX_PROGRAM_OPTIMIZATION= >/dev/null  # the build type's, whatever an earlier configure set
 cmake --build --preset default --parallel "${MIMATRIX_JOBS:-2}" \
   --target quickstart allreduce_perf mimatrix-run mpi_allreduce_perf gloo_allreduce_perf job_server resnet_train
 

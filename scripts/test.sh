@@ -9,7 +9,8 @@
 # with --all), and a subset under the sanitizers that reaches every execution path. --all builds and runs the long tier too:
 # the full numeric grids and the sanitizers over every unit test (test/CMakeLists.txt).
 #
-# MIMATRIX_JOBS sets build parallelism (default 2). Build directories (build/<preset>) are
+# MIMATRIX_JOBS sets build parallelism (default 2). Build directories (build/<preset>; the quick
+# tier builds the default preset in build/quick, apart from the quick start's build/default) are
 # reused, so a second run rebuilds only what changed. Exits non-zero on the first failure.
 # Prints each stage's time, then every preset's ctest summary; the last line is their total.
 set -euo pipefail
@@ -105,6 +106,9 @@ extra_packages=(clang-16)
 scripts/setup-debian.sh "${extra_packages[@]}"
 
 for preset in "${presets[@]}"; do
+  # The quick tier builds its programs at -O1: in build/quick, so that the quick start's
+  # -O2 build/default and this one never rebuild each other's programs.
+  [[ $preset == default && $long == OFF ]] && preset=quick
   begin "$preset: configure"
   # The clang quick stage builds a few tests, one binary a file (MIMATRIX_TEST_UNITY=OFF):
   # a folder's one unit would compile all of that folder's tests.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile time of the issue 10 units (typed.cpp, runtime.cpp) header-only and with
-# separate compilation, beside the standard library alone (std.cpp) and the library
-# unit itself (impl/src.hpp, compiled once), as a Markdown table of medians.
+# separate compilation, typed.cpp's call through the umbrella header (umbrella.cpp,
+# separate), beside the standard library alone (std.cpp) and the library unit itself
+# (impl/src.hpp, compiled once), as a Markdown table of medians.
 #
 #   benchmark/compile/compile_time.sh [-n runs] [label=include_dir ...]
 #
@@ -26,6 +27,7 @@ printf '#include "mimatrix/impl/src.hpp"\n' >"$work/src.cpp"
 rows=("std.cpp (standard library alone)|$here/std.cpp|"
       "typed.cpp header-only|$here/typed.cpp|"
       "typed.cpp separate|$here/typed.cpp|-DMIMATRIX_SEPARATE_COMPILATION"
+      "umbrella.cpp separate (typed.cpp through mimatrix.hpp)|$here/umbrella.cpp|-DMIMATRIX_SEPARATE_COMPILATION"
       "runtime.cpp header-only|$here/runtime.cpp|"
       "runtime.cpp separate|$here/runtime.cpp|-DMIMATRIX_SEPARATE_COMPILATION"
       "impl/src.hpp (mimatrix::compiled, once)|$work/src.cpp|-DMIMATRIX_SEPARATE_COMPILATION")

@@ -54,11 +54,13 @@ int threads_for(const rt::options& opt) {
 }
 
 // Whether every rank learns of `e` without an abort: a lost peer fails every call on each
-// rank that meets it, an abort reached them already. Aborting on it would end their calls
-// with this rank's message, the cause nested in it (a black-box test).
+// rank that meets it, an abort or a mismatch (the rank that found it tells every rank, and
+// calls after it fail with its code) reached them already. Aborting on it would end their
+// calls with this rank's message, the cause nested in it (a black-box test).
 bool every_rank_learns_of(const std::exception& e) {
   const auto* failure = dynamic_cast<const mx::error*>(&e);
-  return failure && (failure->code() == mx::errc::peer_lost || failure->code() == mx::errc::aborted);
+  return failure && (failure->code() == mx::errc::peer_lost || failure->code() == mx::errc::aborted ||
+                     failure->code() == mx::errc::mismatch);
 }
 
 // A session of the chosen backend (rt::session or rt::cuda_session) on the chosen data.

@@ -145,6 +145,14 @@ int main(int argc, char** argv) {
     else if (result.failed_rank >= 0)
       std::fprintf(stderr, "mimatrix-run: rank %d failed first (exit status %d)\n", result.failed_rank,
                    result.exit_code);
+    // Exit 75 (EX_TEMPFAIL) is a rank the library ended while it was stuck inside the shm
+    // provider behind a peer stopped or killed there: the cause is that peer (docs/faults.md).
+    for (std::size_t r = 0; r < result.status.size(); ++r)
+      if (result.status[r] == 75)
+        std::fprintf(stderr,
+                     "mimatrix-run: rank %zu exited 75: it was stuck inside the shm provider behind a peer stopped "
+                     "or killed there (its last line names the peer); the cause is that peer, not rank %zu\n",
+                     r, r);
     return result.exit_code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mimatrix-run: %s\n", e.what());

@@ -96,11 +96,11 @@ class communicator {
     if constexpr (transport::has_progress_engine<Transport>) detail::set_progress_mode(transport_.progress(), mode);
   }
 
-  /// The sequence number of the next call; every rank numbers its calls alike. Throws
-  /// `invalid_argument` when another thread still has calls in flight here: two threads
-  /// starting calls on one communicator would number them in an order the peers cannot
-  /// share, and silently pair the wrong buffers when the calls look alike.
-  std::uint64_t next_sequence() { return state_.next_sequence(rank(), progress()); }
+  /// The sequence number the next call will take; every rank numbers its calls alike, and
+  /// a call's request keeps its own (request::sequence). Reading it changes nothing. (A
+  /// second thread starting a call while another thread's are in flight is refused with
+  /// `invalid_argument` at that call: the peers could not share its order.)
+  std::uint64_t next_sequence() const { return state_.next_sequence(); }
 
   /// The schedules its collectives built, least recently used evicted first
   /// (detail/plan_cache.hpp).
@@ -114,10 +114,6 @@ class communicator {
   static const char* transport_name() {
     if constexpr (requires { Transport::name; }) return Transport::name;
     else return "a transport";
-  }
-  transport::progress_engine* progress() {
-    if constexpr (transport::has_progress_engine<Transport>) return &transport_.progress();
-    else return nullptr;
   }
 
   Transport transport_;

@@ -4,6 +4,7 @@
 // A failed request keeps its error: every later wait() or test() reports it again.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,15 +21,18 @@ namespace mimatrix {
 class [[nodiscard]] request {
  public:
   request() = default;
-  explicit request(std::unique_ptr<detail::operation> op) : op_(std::move(op)) {}
+  /// `sequence`: the call's number on its communicator (sequence()).
+  request(std::unique_ptr<detail::operation> op, std::uint64_t sequence) : op_(std::move(op)), sequence_(sequence) {}
   request(request&& other) noexcept
       : op_(std::move(other.op_)),
+        sequence_(other.sequence_),
         failed_(std::exchange(other.failed_, {})),
         last_message_(std::move(other.last_message_)) {}
   request& operator=(request&& other) noexcept {
     if (this != &other) {
       finish_quietly();
       op_ = std::move(other.op_);
+      sequence_ = other.sequence_;
       failed_ = std::exchange(other.failed_, {});
       last_message_ = std::move(other.last_message_);
     }
@@ -39,6 +43,11 @@ class [[nodiscard]] request {
   /// True when there is an operation that has not been waited for (after its wait or a
   /// test that saw it end: false, failed or not).
   bool valid() const { return op_ != nullptr; }
+
+  /// The call's sequence number on its communicator, alike on every rank (as c10d's
+  /// Work::getSequencenumber); it stays after wait(). A call composed across hosts
+  /// reports its first part's, on the host's group. 0 for a default-made request.
+  std::uint64_t sequence() const { return sequence_; }
 
   /// Progresses without blocking; true when complete. Throws `mimatrix::error` if it failed,
   /// and again at every later call.
@@ -90,6 +99,7 @@ class [[nodiscard]] request {
   }
 
   std::unique_ptr<detail::operation> op_;
+  std::uint64_t sequence_ = 0;
   std::error_code failed_;  // kept: reported by every later wait() and test()
   std::string last_message_;
 };

@@ -47,8 +47,11 @@ using algorithm_argument = std::conditional_t<std::is_void_v<Algorithm>, no_defa
 template <transport::backend Transport, topology::layout Topology, class Algorithm>
 class collective_engine {
   static_assert(!std::is_void_v<Algorithm>,
-                "mimatrix: no default algorithm is known for this topology (nor for a hierarchical one with a "
-                "part whose default is one-sided, as a mesh's gdraa); name one as the last template argument");
+                "mimatrix: no default algorithm is known for this topology: include the header that declares "
+                "it (mimatrix/algorithm/ring.hpp for topology::ring, hdrm.hpp for bigraph, gdraa.hpp for mesh, "
+                "hierarchical.hpp for hierarchical; <mimatrix/mimatrix.hpp> has them all), or name one as the "
+                "last template argument (a hierarchical topology with a part whose default is one-sided, as a "
+                "mesh's gdraa, has none)");
   static_assert(algorithm::builds_for<Algorithm, Topology>,
                 "mimatrix: this algorithm cannot build schedules for this topology; pick one that supports it");
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,10 +34,23 @@ class communicator_state {
   options& settings() { return options_; }
   const options& settings() const { return options_; }
 
-  /// The sequence number of the next call of rank `rank`, whose transport's calls in
+  /// The sequence number the next call will take; reading it changes nothing.
+  std::uint64_t next_sequence() const { return sequence_; }
+  /// Takes the sequence number of a call rank `rank` starts, whose transport's calls in
   /// flight are on `progress` (null: it has no progress engine). Throws `invalid_argument`
-  /// when another thread still has calls in flight there (communicator::next_sequence).
-  MIMATRIX_DECL std::uint64_t next_sequence(int rank, transport::progress_engine* progress);
+  /// when another thread still has calls in flight there: two threads starting calls on
+  /// one communicator would number them in an order the peers cannot share.
+  MIMATRIX_DECL std::uint64_t take_sequence(int rank, transport::progress_engine* progress);
+  /// The history the next call's signature carries (signature::history); `root` is this
+  /// call's if it is a broadcast (-1 otherwise), folded in for the calls after it. The fold
+  /// is a bijection of the history for each root, so ranks whose histories once differed
+  /// stay apart: every later call that moves data between them fails with `mismatch`.
+  std::uint16_t take_history(int root) {
+    const std::uint16_t before = history_;
+    if (root >= 0)
+      history_ = static_cast<std::uint16_t>(((history_ << 5) | (history_ >> 11)) ^ ((root + 1) * 0x9E37u));
+    return before;
+  }
 
   MIMATRIX_DECL plan_cache& plans();
   MIMATRIX_DECL const plan_cache& plans() const;
@@ -57,8 +71,13 @@ class communicator_state {
 
  private:
   struct calls;  // the plans and the thread whose calls are in flight
+  /// Says at MIMATRIX_DEBUG=INFO which progress mode calls run under from now on.
+  MIMATRIX_DECL void announce_progress(int rank);
+
   options options_;
   std::uint64_t sequence_ = 0;
+  std::uint16_t history_ = 0;
+  std::optional<progress_mode> announced_progress_;  // the mode last said; none before the first call
   std::unique_ptr<calls> calls_;
   std::vector<call_hook> hooks_;
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -134,7 +135,9 @@ class composed_call {
       settle_started();
       throw *failure_;
     }
-    return request(std::make_unique<all_of>(std::move(started_), std::move(names_), what_, std::move(on_failure)));
+    const std::uint64_t sequence = started_.empty() ? 0 : started_.front().sequence();
+    return request(std::make_unique<all_of>(std::move(started_), std::move(names_), what_, std::move(on_failure)),
+                   sequence);
   }
 
  private:

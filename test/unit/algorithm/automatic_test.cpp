@@ -274,15 +274,17 @@ TEST(automatic, collectives_print_the_decision_with_mimatrix_debug_info) {
   const std::string all = testing::internal::GetCapturedStderr();
   // Each communicator says when it opens and closes; the rest is the decision.
   std::string err;
-  int opened = 0, closed = 0;
+  int opened = 0, closed = 0, progress = 0;
   std::istringstream lines(all);
   for (std::string line; std::getline(lines, line);) {
     if (line.find(": communicator over inproc opened (timeout ") != std::string::npos) ++opened;
     else if (line.find(": communicator closing after 2 call(s)") != std::string::npos) ++closed;
+    else if (line.find(": calls from #0 on run with progress caller") != std::string::npos) ++progress;
     else err += line + "\n";
   }
   EXPECT_EQ(opened, 3) << all;
   EXPECT_EQ(closed, 3) << all;
+  EXPECT_EQ(progress, 3) << all;
   // One line, from rank 0, naming the winner among the candidates that run on a ring
   // (recursive doubling at 40 bytes) with every candidate's predicted time.
   const std::string rd = algorithm::format_seconds(
@@ -294,6 +296,34 @@ TEST(automatic, collectives_print_the_decision_with_mimatrix_debug_info) {
                      algorithm::format_seconds(
                          *model::predict("halving_doubling", model::network{}, collective::allreduce, 3, 40)) +
                      ", recursive_doubling " + rd + "*\n");
+}
+
+// Issue 53 item 7: the opening said "progress caller" when set_progress(thread) came at
+// once after it; the mode is said where calls run under it, at the first call and at the
+// first after a change.
+TEST(automatic, the_progress_mode_said_is_the_one_calls_run_under) {
+  ASSERT_TRUE(log_enabled(log_level::info));
+  testing::internal::CaptureStderr();
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_progress(progress_mode::thread);
+    allreduce<inproc, topology::ring, reduce::sum<std::int32_t>> sum(comm);
+    std::vector<std::int32_t> v(10, 1);
+    sum(v);
+    sum(v);  // unchanged: said once
+    comm.set_progress(progress_mode::caller);
+    sum(v);
+  });
+  const std::string all = testing::internal::GetCapturedStderr();
+  const auto said = [&](const std::string& text) {
+    int n = 0;
+    for (std::size_t at = all.find(text); at != std::string::npos; at = all.find(text, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(said(": calls from #0 on run with progress thread"), 2) << all;
+  EXPECT_EQ(said(": calls from #2 on run with progress caller"), 2) << all;
+  EXPECT_EQ(said("progress caller)"), 0) << all;  // the opening no longer guesses
+  EXPECT_EQ(said("run with progress"), 4) << all;
 }
 
 // Issue 11 item 5: a collective whose type fixes the algorithm says which at INFO too,

@@ -1,6 +1,7 @@
 // communicator: a second thread that starts a call while another thread's calls are in
 // flight gets a clear error, not silently crossed buffers; handing a communicator over
-// between threads stays allowed; a collective object kept past its communicator refuses.
+// between threads stays allowed; a collective object kept past its communicator refuses;
+// reading the sequence number changes nothing.
 #include "mimatrix/communicator.hpp"
 
 #include <gtest/gtest.h>
@@ -78,6 +79,28 @@ TEST(communicator, the_longest_timeout_means_never_not_an_overflow) {
     if (r == 1) std::this_thread::sleep_for(50ms);  // rank 0 waits, so its deadline is computed
     sum(v);
     EXPECT_EQ(v[999], 3) << "rank " << r;
+  });
+}
+
+// Regression (issue 53 item 3): next_sequence() used a number up, so reading it on one
+// rank shifted its calls against the others' (over fabric: a timeout 5 s later blaming
+// rank 0). Reading is free now, and each request keeps its call's number.
+TEST(communicator, reading_the_sequence_changes_nothing_and_each_request_keeps_its_own) {
+  transport::run_inproc(2, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    comm.set_timeout(3s);
+    sum_t sum(comm);
+    std::vector<std::int64_t> v(100, r + 1);
+    sum(v);
+    if (r == 0) {
+      for (int k = 0; k < 3; ++k) EXPECT_EQ(comm.next_sequence(), 1u);
+    }
+    auto second = sum.start(v);
+    EXPECT_EQ(second.sequence(), 1u) << "rank " << r;
+    EXPECT_EQ(comm.next_sequence(), 2u) << "rank " << r;
+    second.wait();
+    EXPECT_EQ(second.sequence(), 1u) << "rank " << r;  // kept after the wait
+    EXPECT_EQ(v[99], 6) << "rank " << r;               // (1 + 2) summed twice
   });
 }
 

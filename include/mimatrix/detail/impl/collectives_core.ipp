@@ -32,7 +32,7 @@ struct collectives_core::impl {
     refuse_if_destroyed(alive, transport.rank, schedule::to_string(kind));
     signature sig;
     sig.kind = kind;
-    sig.sequence = comm.next_sequence(transport.rank, transport.progress);
+    sig.sequence = comm.take_sequence(transport.rank, transport.progress);
     transport.fail(transport.transport, sig, errc::invalid_argument, why);
   }
 

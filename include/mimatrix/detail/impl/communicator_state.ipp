@@ -38,7 +38,7 @@ MIMATRIX_DECL communicator_state::~communicator_state() = default;
 // may start the next (handing a communicator over is allowed). Two threads starting calls
 // on one communicator would number them in an order the peers cannot share, and silently
 // pair the wrong buffers when the calls look alike.
-MIMATRIX_DECL std::uint64_t communicator_state::next_sequence(int rank, transport::progress_engine* progress) {
+MIMATRIX_DECL std::uint64_t communicator_state::take_sequence(int rank, transport::progress_engine* progress) {
   if (progress) {
     const auto me = std::this_thread::get_id();
     const auto owner = calls_->owner.load(std::memory_order_relaxed);
@@ -51,7 +51,18 @@ MIMATRIX_DECL std::uint64_t communicator_state::next_sequence(int rank, transpor
       calls_->owner.store(me, std::memory_order_relaxed);
     }
   }
+  if (options_.progress != announced_progress_) announce_progress(rank);
   return sequence_++;
+}
+
+// Said at the first call and at the first after a change: set_progress often follows the
+// constructor at once, so the mode at opening is not the one calls run under.
+MIMATRIX_DECL void communicator_state::announce_progress(int rank) {
+  announced_progress_ = options_.progress;
+  if (log_enabled(log_level::info))
+    log(log_level::info, "rank " + std::to_string(rank) + ": calls from #" + std::to_string(sequence_) +
+                             " on run with progress " +
+                             (options_.progress == progress_mode::thread ? "thread" : "caller"));
 }
 
 MIMATRIX_DECL plan_cache& communicator_state::plans() { return calls_->plans; }
@@ -65,8 +76,7 @@ MIMATRIX_DECL void communicator_state::opened(int rank, int size, const std::str
   if (log_enabled(log_level::info))
     log(log_level::info, "rank " + std::to_string(rank) + " of " + std::to_string(size) + ": communicator over " +
                              transport + " opened (timeout " + std::to_string(options_.timeout.count()) +
-                             " ms, progress " + (options_.progress == progress_mode::thread ? "thread" : "caller") +
-                             ")");
+                             " ms; the progress mode is said at the first call)");
 }
 
 MIMATRIX_DECL void communicator_state::closing(int rank, int size) const {

@@ -77,8 +77,15 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   const transport_face& t = e.transport;
   refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
   const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
-  const signature sig{kind, kernels.op, kernels.type, count, kind == schedule::collective::broadcast ? root : 0,
-                      e.comm.next_sequence(t.rank, t.progress), tag};
+  const bool broadcast = kind == schedule::collective::broadcast;
+  const signature sig{kind,
+                      kernels.op,
+                      kernels.type,
+                      count,
+                      broadcast ? root : 0,
+                      e.comm.take_sequence(t.rank, t.progress),
+                      tag,
+                      e.comm.take_history(broadcast ? root : -1)};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
@@ -105,7 +112,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                         return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
-  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)));
+  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
   call_record r;
   r.start = std::chrono::steady_clock::now();
   auto plan = e.pick(e.plan_for(desc, shared_device), desc, stream);
@@ -118,7 +125,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
   r.rank = t.rank;
   r.size = t.size;
-  return request(std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks()));
+  return request(std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks()), sig.sequence);
 }
 
 MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule::descriptor& d, const void* in,

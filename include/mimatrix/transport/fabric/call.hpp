@@ -6,6 +6,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +32,8 @@ struct posted_op {
   std::uint32_t step = 0;
   purpose what = purpose::data;
   std::vector<std::byte> payload;  // control messages only
+  /// A control send: the peer (in step) and until when a dropped connection is retried.
+  std::chrono::steady_clock::time_point until{};
 };
 
 /// The part of a call the endpoint talks to.

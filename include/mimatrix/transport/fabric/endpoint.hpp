@@ -225,6 +225,11 @@ class endpoint {
     r->owner = nullptr;
     free_.push_back(r);
   }
+  void sent_control(posted_op* r) {
+    if (controls_out_ > 0) --controls_out_;  // 0 after disable(), which forgot them
+    release(r);
+  }
+  void control_send_failed(posted_op* r, int err);  // endpoint_control.hpp
   /// A failed call's request still known to the provider: reclaimed on its completion.
   void orphan(posted_op* r) {
     r->owner = nullptr;
@@ -233,24 +238,11 @@ class endpoint {
   std::size_t orphans() const { return orphans_; }
 
   /// A failed call left transfers the provider could not cancel, into memory its caller gets
-  /// back or the next call would reuse, or (not over shm) failed with a mismatch, after which
-  /// the provider may have dropped connections. The endpoint stops calling libfabric: its
-  /// providers here progress only inside our calls, so nothing more lands. Nor does it close
-  /// them (tcp;ofi_rxm can crash closing an endpoint with a transfer in flight): they are
-  /// left to the process's exit. Every call then fails at once with `code`, naming `why`.
-  void disable(errc code, std::string why) {
-    if (disabled_) return;  // the first cause stays: later calls' failures follow from it
-    // Aborts and their relays still queued go out first: the others must hear of the failure.
-    tell_peers_disabled(code, why);
-    const auto until = clock::now() + std::chrono::milliseconds(200);
-    while (ep_ && !backlog_.empty() && clock::now() < until)
-      if (!progress()) std::this_thread::yield();
-    ep_ = nullptr;
-    orphans_ = 0;  // nothing completes them now: the provider let go of them
-    backlog_.clear();
-    disabled_ = fabric::failure{code, std::move(why)};
-    every_call_ = &*disabled_;
-  }
+  /// back or the next call would reuse, or (not over shm) failed with a mismatch, after which the
+  /// provider may have dropped connections. The endpoint stops calling libfabric (nothing more
+  /// lands) but leaves it open to the process's exit (tcp;ofi_rxm can crash closing an endpoint
+  /// with a transfer in flight). Every call then fails at once with `code`, naming `why`.
+  void disable(errc code, std::string why);  // endpoint_control.hpp
   const fabric::failure* disabled() const { return disabled_ ? &*disabled_ : nullptr; }
   /// A call lost a peer: so does every call in flight and later (a stopped rank, not dead
   /// to ended_peers(), held each call in flight a timeout more: a black-box test).
@@ -343,7 +335,8 @@ class endpoint {
   /// Ends every call in flight and every later one, on every rank, with `aborted` (as ncclCommAbort),
   /// with the engine locked, from any thread; what the provider pushed back stays queued (controls_pending()).
   void abort_all(const std::string& why);
-  bool controls_pending() const { return !backlog_.empty(); }
+  /// Control messages pushed back, or posted and not completed (tcp moves them only as we progress).
+  bool controls_pending() const { return !backlog_.empty() || controls_out_ > 0; }
 
   /// Records the failure of call `sequence` and tells every other rank (announce: and pushes it out).
   void tell_failure(std::uint64_t sequence, errc code, const std::string& message);
@@ -420,6 +413,7 @@ class endpoint {
   void relay(const wire::control_message& m);
   void on_control(const wire::control_message& m);
   void on_which_call(const wire::control_message& m);
+  void take_shutdown(const wire::control_message& m);  // every call fails as it says
 
   // ---- dispatch (endpoint_dispatch.hpp) ------------------------------------------
 
@@ -483,6 +477,7 @@ class endpoint {
   std::optional<fabric::failure> peer_lost_;  // lose_peer()
   struct queued_control { posted_op* request; int peer; std::size_t bytes; clock::time_point until; };
   std::vector<queued_control> backlog_;  // control messages the provider pushed back
+  std::size_t controls_out_ = 0;  // control sends posted, not yet completed
   std::vector<std::uint64_t> pongs_;
   std::vector<std::uint64_t> peer_calls_;  // by rank: the calls it had entered, as its last pong said
   std::vector<std::pair<int, bootstrap::detail::process_mark>> local_processes_;  // peers on this host

@@ -33,8 +33,24 @@ inline void endpoint::announce_failure(std::uint64_t sequence, errc code, const 
   const auto now = clock::now();
   tell_failure(sequence, code, message);
   // Most callers leave soon after a failure: push the news out before returning to them.
-  while (!backlog_.empty() && clock::now() < now + std::chrono::milliseconds(200))
+  while (controls_pending() && clock::now() < now + std::chrono::milliseconds(200))
     if (!progress()) std::this_thread::yield();
+}
+
+inline void endpoint::disable(errc code, std::string why) {
+  if (disabled_) return;  // the first cause stays: later calls' failures follow from it
+  // Aborts and their relays go out first, sent and not only posted: the others must hear of
+  // the failure (over tcp a peer otherwise saw only this rank's exit, as a lost peer).
+  tell_peers_disabled(code, why);
+  const auto until = clock::now() + std::chrono::milliseconds(200);
+  while (ep_ && controls_pending() && clock::now() < until)
+    if (!progress()) std::this_thread::yield();
+  ep_ = nullptr;
+  orphans_ = 0;  // nothing completes them now: the provider let go of them
+  backlog_.clear();
+  controls_out_ = 0;
+  disabled_ = fabric::failure{code, std::move(why)};
+  every_call_ = &*disabled_;
 }
 
 inline void endpoint::abort_all(const std::string& why) {
@@ -100,13 +116,30 @@ inline void endpoint::send_control(int peer, const wire::control_message& m, clo
   if (unreachable(peer)) return;
   posted_op* r = acquire(nullptr, 0);
   r->what = posted_op::purpose::control_send;
+  r->step = std::uint32_t(peer);
+  r->until = until;
   r->payload.resize(wire::control_message::capacity);
   const std::size_t len = m.encode(r->payload.data());
+  r->payload.resize(len);
   const ssize_t ret = post_control(r, peer, len);
-  if (ret == -FI_EAGAIN)
+  if (ret == 0)
+    ++controls_out_;
+  else if (ret == -FI_EAGAIN)
     backlog_.push_back({r, peer, len, until});
-  else if (ret != 0)
+  else
     release(r);  // the peer is unreachable; a liveness probe will say so
+}
+
+// A message longer than its receive makes tcp;ofi_rxm drop that connection, and sends on
+// it then fail with FI_ENOTCONN until a new one is made: the failure's news to that very
+// peer (its abort, its shutdown) would be lost, and the peer would see only this rank's
+// exit (issue 53 item 9). A send that failed so goes again, as one pushed back does.
+inline void endpoint::control_send_failed(posted_op* r, int err) {
+  const bool news = !r->payload.empty() && (r->payload[0] == std::byte(wire::control_type::abort) ||
+                                            r->payload[0] == std::byte(wire::control_type::shutdown));
+  if (err != FI_ENOTCONN || !news || clock::now() >= r->until || closing_) return sent_control(r);
+  if (controls_out_ > 0) --controls_out_;
+  backlog_.push_back({r, int(r->step), r->payload.size(), r->until});
 }
 
 inline bool endpoint::retry_controls() {
@@ -119,10 +152,12 @@ inline bool endpoint::retry_controls() {
       backlog_[kept++] = q;
       continue;
     }
-    if (ret == 0)
+    if (ret == 0) {
       posted = true;
-    else
+      ++controls_out_;
+    } else {
       release(q.request);
+    }
   }
   backlog_.resize(kept);
   return posted;
@@ -156,12 +191,7 @@ inline void endpoint::on_control(const wire::control_message& m) {
                      clock::now() + control_patience);
       break;
     case wire::control_type::shutdown:
-      if (!aborted_ && !disabled_) {
-        // A lost peer closed the sender's endpoint: calls here fail as lost-peer calls too.
-        aborted_ = fabric::failure{m.code == errc::peer_lost ? errc::peer_lost : errc::aborted, m.text};
-        every_call_ = &*aborted_;
-        relay(m);
-      }
+      take_shutdown(m);
       break;
     case wire::control_type::left:
       if (m.source >= 0 && m.source < size_ && (!left_ || m.value < left_->first))
@@ -178,6 +208,15 @@ inline void endpoint::on_control(const wire::control_message& m) {
       }
       break;
   }
+}
+
+inline void endpoint::take_shutdown(const wire::control_message& m) {
+  if (aborted_ || disabled_) return;
+  // Calls here fail with the code of what closed the sender's endpoint (a lost peer, a
+  // mismatch), or `aborted` after an abort: the origin's code on every rank.
+  aborted_ = fabric::failure{m.code, m.text};
+  every_call_ = &*aborted_;
+  relay(m);
 }
 
 inline bool endpoint::unreachable(int peer) const {

@@ -49,7 +49,7 @@ inline void endpoint::dispatch(const fi_cq_tagged_entry& e) {
         reclaim(r);
       break;
     case posted_op::purpose::control_send:
-      release(r);
+      sent_control(r);
       break;
     case posted_op::purpose::control_recv: {
       wire::control_message m;
@@ -73,7 +73,7 @@ inline void endpoint::dispatch_error(const fi_cq_err_entry& e) {
         reclaim(r);
       break;
     case posted_op::purpose::control_send:
-      release(r);  // the peer is gone; a liveness probe will say so
+      control_send_failed(r, e.err);  // else the peer is gone; a liveness probe will say so
       break;
     case posted_op::purpose::control_recv:
       if (closing_ || e.err == FI_ECANCELED)

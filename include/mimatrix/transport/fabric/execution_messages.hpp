@@ -71,8 +71,6 @@ inline void execution::on_failure(errc code, bool tell_others) {
     if (!ep_->progress()) std::this_thread::yield();
   if (tell_others) ep_->announce_failure(sig().sequence, code, origin());
   if (code == errc::peer_lost) ep_->lose_peer({code, origin()});
-  // Calls after a lost peer fail as lost-peer calls, whatever closes the endpoint on the way.
-  const errc closed = code == errc::peer_lost ? code : errc::aborted;
   // A transfer the provider neither finished nor cancelled (a peer stopped mid-message
   // over tcp;ofi_rxm) would write into the caller's buffers after they are handed back.
   const bool uncancelled = ep_->orphans() != 0;
@@ -82,14 +80,17 @@ inline void execution::on_failure(errc code, bool tell_others) {
   // another fails (the rxm providers are alike; shm truncates harmlessly).
   const bool dropped = (code == errc::mismatch || connection_lost_) && ep_->provider() != "shm";
   if (!uncancelled && !dropped) return give_back_memory();
+  // Calls after it fail with its code, whatever closes the endpoint on the way: after a lost
+  // peer as lost-peer calls, after a mismatch as mismatched ones (the rank whose longer
+  // message over tcp closed a connection once got `aborted`, the others `mismatch`).
   if (tells_a_closed_endpoint(origin()))
-    ep_->disable(closed, origin());
+    ep_->disable(code, origin());
   else if (uncancelled)
-    ep_->disable(closed, "rank " + std::to_string(plan().rank) + std::string(endpoint_closed) + to_string(sig()) +
+    ep_->disable(code, "rank " + std::to_string(plan().rank) + std::string(endpoint_closed) + to_string(sig()) +
                              " failed with transfers the provider could not cancel (" + origin() +
                              "); create a new communicator");
   else
-    ep_->disable(closed, "rank " + std::to_string(plan().rank) + std::string(endpoint_closed) + to_string(sig()) +
+    ep_->disable(code, "rank " + std::to_string(plan().rank) + std::string(endpoint_closed) + to_string(sig()) +
                              " failed (" + origin() + "): " + ep_->provider() +
                              (code == errc::mismatch ? " drops a connection that carried a message longer "
                                                        "than the receive posted for it"

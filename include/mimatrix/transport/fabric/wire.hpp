@@ -75,33 +75,37 @@ constexpr std::uint16_t epoch_digest(std::uint64_t sequence) {
 
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
 /// carries: [63..48] root (broadcast) or the digests of the algorithm's name and of
-/// `agreement` (the others), xor the tag's and the epoch's digests | [47..45] dtype | [44..42] op | [41..40] kind |
-/// [39..0] count. A receiver that finds another packing than its own knows its peer runs
-/// another call, or the same call by another algorithm, on another topology or with
-/// another tag, or that the message was left by the call 2^15 earlier. (A broadcast's
-/// algorithm is left to the start-up check of MIMATRIX_ALGO.)
+/// `agreement` (the others), xor the tag's and the epoch's digests and the history of
+/// earlier broadcasts' roots | [47..45] dtype | [44..42] op | [41..40] kind | [39..0] count.
+/// A receiver that finds another packing than its own knows its peer runs another call,
+/// or the same call by another algorithm, on another topology or with another tag, or
+/// after a broadcast whose root the two named differently, or that the message was left
+/// by the call 2^15 earlier. (A broadcast's algorithm is left to the start-up check of
+/// MIMATRIX_ALGO.)
 inline std::uint64_t pack(const signature& s, std::string_view algorithm, std::uint64_t agreement = 0) {
   constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
   const std::uint16_t top = (s.kind == schedule::collective::broadcast
                                  ? std::uint16_t(s.root)
                                  : std::uint16_t(algorithm_digest(algorithm) ^ agreement_digest(agreement))) ^
-                            tag_digest(s.tag) ^ epoch_digest(s.sequence);
+                            tag_digest(s.tag) ^ epoch_digest(s.sequence) ^ s.history;
   return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
          (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
 }
 /// The part of a packed signature that names the call's shape, as `sequence`; a
-/// broadcast's root is read as if the peer's tag were `tag`.
-inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_t tag = 0) {
+/// broadcast's root is read as if the peer's tag and history were `tag` and `history`.
+inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_t tag = 0,
+                        std::uint16_t history = 0) {
   signature s;
   s.type = dtype((bits >> 45) & 7);
   s.op = reduce::op_kind((bits >> 42) & 7);
   s.kind = schedule::collective((bits >> 40) & 3);
   s.root = s.kind == schedule::collective::broadcast
-               ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag) ^ epoch_digest(sequence))
+               ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag) ^ epoch_digest(sequence) ^ history)
                : 0;
   s.count = bits & ((std::uint64_t(1) << 40) - 1);
   s.sequence = sequence;
   s.tag = tag;
+  s.history = history;
   return s;
 }
 
@@ -133,19 +137,23 @@ inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mi
              "the same arguments";
   }
   if ((theirs & below_top) != (mine & below_top))
-    return who + to_string(unpack(theirs, sig.sequence)) + " but this rank runs " + to_string(sig);
+    return who + to_string(unpack(theirs, sig.sequence, 0, sig.history)) + " but this rank runs " + to_string(sig);
   const std::string tag = std::to_string(sig.tag);
   signature shape = sig;  // what both ranks run: the peer's root and tag are not known
   shape.tag = 0;
+  // Only after a broadcast can the histories differ (ranks that ran other calls before
+  // were told then).
+  const std::string earlier_root =
+      sig.history ? ", or after an earlier broadcast whose root it named otherwise than this rank" : "";
   if (sig.kind == schedule::collective::broadcast) {
     const std::string text = to_string(shape);
     return who + text.substr(0, text.rfind(", root")) + ") with another root or tag than this rank's (root " +
-           std::to_string(sig.root) + ", tag " + tag +
-           "); every rank must give a call the same root and tag (call_options::tag)";
+           std::to_string(sig.root) + ", tag " + tag + ")" + earlier_root +
+           "; every rank must give a call the same root and tag (call_options::tag)";
   }
   return who + to_string(shape) + " with another algorithm, topology or tag than this rank's (algorithm '" +
-         std::string(algorithm) + "', tag " + tag + "); " + same_algorithm_built_alike + ", and the same tag "
-         "(call_options::tag)";
+         std::string(algorithm) + "', tag " + tag + ")" + earlier_root + "; " + same_algorithm_built_alike +
+         ", and the same tag (call_options::tag)" + (sig.history ? " and root" : "");
 }
 
 /// Why a peer whose packing equals this rank's still disagrees: the full schedule::agreement
