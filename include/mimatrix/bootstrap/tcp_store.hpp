@@ -133,6 +133,9 @@ class tcp_store final : public store {
 
   std::string where() const override { return "tcp://" + host_ + ":" + std::to_string(port_); }
 
+  /// The server's address: every client of it in this process shares its keys.
+  std::string scope() const override { return where(); }
+
   /// The port the store is reached on (the kernel's pick when constructed with port 0).
   int port() const noexcept { return port_; }
 
