@@ -227,10 +227,10 @@ tbf_drops() {
 tcp_stream_gbps() {
   local from=$1 to=$2 seconds=$3 port=$((20000 + RANDOM % 10000))
   command -v python3 > /dev/null || return 0
-  ip netns exec "$(host_ns "$to")" python3 - "$port" "$seconds" > "$out/logs/stream.$from-$to.txt" 2>&1 <<'PY' &
+  ip netns exec "$(host_ns "$to")" python3 - "$port" "$seconds" "$(host_addr "$to")" > "$out/logs/stream.$from-$to.txt" 2>&1 <<'PY' &
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); s.settimeout(30)
+s.bind((sys.argv[3], int(sys.argv[1]))); s.listen(1); s.settimeout(30)  # the host's address alone
 c, _ = s.accept(); buf = bytearray(1 << 20); n = 0; start = None; skip = 0.25
 while True:
     k = c.recv_into(buf)

@@ -23,8 +23,8 @@
 namespace {
 
 const char* const usage =
-    "usage: job_server serve --port P --workers N [--min M] [--form-after-ms 5000] [--heartbeat-ms 2000]\n"
-    "                        [--samples 60000] [--batch 128] [--http-port P [--http-address A]]\n"
+    "usage: job_server serve --port P [--address 127.0.0.1] --workers N [--min M] [--form-after-ms 5000]\n"
+    "                        [--heartbeat-ms 2000] [--samples 60000] [--batch 128] [--http-port P [--http-address A]]\n"
     "                        [--state-file F] [--rebalance-ms MS] [--rebalance-confirmations 2]\n"
     "                        [--throughput-half-life-ms MS] [--cluster hosts.txt] [--secret-file F]\n"
     "       job_server status --port P [--address 127.0.0.1] [--secret-file F]\n"
@@ -60,6 +60,7 @@ int serve(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") return std::fputs(usage, stdout), 0;
     if (a == "--port") s.port = std::uint16_t(number_after(i, argc, argv, 0, 65535));
+    else if (a == "--address") s.address = value_after(i, argc, argv);
     else if (a == "--http-port") http_port = std::uint16_t(number_after(i, argc, argv, 0, 65535));
     else if (a == "--http-address") http.address = value_after(i, argc, argv);
     else if (a == "--workers") s.expected = s.minimum = int(number_after(i, argc, argv, 1, 1 << 20)), workers_given = true;
@@ -93,8 +94,8 @@ int serve(int argc, char** argv) {
   try {
     server.emplace(io, s);
   } catch (const boost::system::system_error& e) {
-    throw std::runtime_error("job_server: cannot listen on the job port " + std::to_string(s.port) + ": " +
-                             e.code().message());
+    throw std::runtime_error("job_server: cannot listen on the job port " + std::to_string(s.port) + " (" +
+                             s.address + "): " + e.code().message());
   }
   std::optional<mimatrix::job::http_monitor> monitor;
   if (http_port) try {
@@ -113,7 +114,8 @@ int serve(int argc, char** argv) {
   }
   boost::asio::signal_set stop(io, SIGINT, SIGTERM);
   stop.async_wait([&](auto, int) { io.stop(); });
-  std::printf("job_server: listening on port %u for %d workers\n", unsigned(server->port()), s.expected);
+  std::printf("job_server: listening on port %u of %s for %d workers\n", unsigned(server->port()), s.address.c_str(),
+              s.expected);
   std::fflush(stdout);
   io.run();
   return 0;

@@ -57,7 +57,9 @@ struct server_view {
 class job_server {
  public:
   job_server(asio::io_context& io, server_settings s)
-      : io_(io), settings_(std::move(s)), acceptor_(io, tcp::endpoint(asio::ip::address_v4::any(), settings_.port)),
+      : io_(io),
+        settings_(std::move(s)),
+        acceptor_(io, tcp::endpoint(asio::ip::make_address(settings_.address), settings_.port)),
         tick_(io) {
     if (settings_.secret.empty()) throw std::runtime_error("job server: an empty secret would let anyone in");
     load_state();

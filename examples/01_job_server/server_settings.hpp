@@ -14,6 +14,9 @@ namespace mimatrix::job {
 /// A plain value.
 struct server_settings {
   std::uint16_t port = 0;  // 0: a free port (port() says which)
+  /// The address the job port listens on, alone: loopback, where workers look by default;
+  /// this host's address for workers elsewhere ("0.0.0.0": every IPv4 address, asked for).
+  std::string address = "127.0.0.1";
   std::string secret;
   int expected = 1;  // a generation starts when this many workers have joined...
   int minimum = 1;   // ...or this many, `form_after` after the first one came

@@ -109,10 +109,7 @@ MIMATRIX_SCENARIO(named_groups) {
 class groups : public ::testing::TestWithParam<std::string> {
  protected:
   void expect_every_rank(int ranks, const std::string& scenario, const std::string& ok) const {
-    const auto r = test::run_ranks(ranks, GetParam(), scenario, {}, std::chrono::seconds(60));
-    ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
-    for (int rank = 0; rank < ranks; ++rank)
-      EXPECT_NE(r.output[std::size_t(rank)].find(ok), std::string::npos) << test::all_output(r);
+    test::expect_every_rank(ranks, GetParam(), scenario, ok);
   }
 };
 

@@ -16,38 +16,15 @@
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/tcp_store.hpp"
 #include "mimatrix/transport/fabric.hpp"
+#include "framework_store.hpp"
 #include "multi_process.hpp"
 
 namespace mimatrix {
 namespace MIMATRIX_UNIT_ID {
 
+using test::framework_kv;
+using test::framework_store;
 using transport::fabric;
-
-/// Stands for a framework's store client (c10d::Store's set, get, add): its own API.
-struct framework_kv {
-  std::shared_ptr<bootstrap::tcp_store> client;
-  void put(const std::string& k, const std::vector<std::byte>& v) { client->set(k, v); }
-  std::vector<std::byte> fetch(const std::string& k, std::chrono::milliseconds wait) { return client->get(k, wait); }
-  std::int64_t increment(const std::string& k, std::int64_t by) { return client->add(k, by); }
-};
-
-/// The adapter a framework author writes: four methods onto the framework's store.
-class framework_store final : public bootstrap::store {
- public:
-  explicit framework_store(framework_kv kv) : kv_(std::move(kv)) {}
-  void set(const std::string& key, const std::vector<std::byte>& value) override {
-    check_entry(key, value.size());
-    kv_.put(key, value);
-  }
-  std::vector<std::byte> get(const std::string& key, std::chrono::milliseconds timeout) override {
-    return kv_.fetch(key, timeout);
-  }
-  std::int64_t add(const std::string& key, std::int64_t delta) override { return kv_.increment(key, delta); }
-  std::string where() const override { return "the framework's store"; }
-
- private:
-  framework_kv kv_;
-};
 
 MIMATRIX_SCENARIO(through_the_frameworks_store) {
   const bootstrap::identity id = bootstrap::identity_from_environment();

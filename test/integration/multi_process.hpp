@@ -123,6 +123,16 @@ inline std::string all_output(const bootstrap::launch_result& r) {
   return s;
 }
 
+/// Runs `scenario` on `ranks` processes over `provider` and expects each to exit 0 after
+/// printing `ok`.
+inline void expect_every_rank(int ranks, const std::string& provider, const std::string& scenario,
+                              const std::string& ok) {
+  const auto r = run_ranks(ranks, provider, scenario, {}, std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << all_output(r);
+  for (int rank = 0; rank < ranks; ++rank)
+    EXPECT_NE(r.output[std::size_t(rank)].find(ok), std::string::npos) << all_output(r);
+}
+
 }  // namespace mimatrix::test
 
 /// The binary's entry point: a scenario when launched as a rank, the tests otherwise.

@@ -103,6 +103,9 @@ class file_store final : public store {
 
   std::string where() const override { return "file:" + directory_; }
 
+  /// The directory: every file_store on it in this process shares its keys.
+  std::string scope() const override { return where(); }
+
   /// The file that holds `key`: its bytes outside [A-Za-z0-9_-] become %XX.
   std::string path_of(const std::string& key) const {
     static constexpr char hex[] = "0123456789ABCDEF";

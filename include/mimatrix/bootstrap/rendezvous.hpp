@@ -23,6 +23,7 @@
 #include "mimatrix/bootstrap/detail/job_server.hpp"
 #include "mimatrix/bootstrap/file_store.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
+#include "mimatrix/bootstrap/socket_interface.hpp"
 #include "mimatrix/bootstrap/store.hpp"
 #include "mimatrix/bootstrap/tcp_store.hpp"
 #include "mimatrix/core/error.hpp"
@@ -58,10 +59,13 @@ inline std::pair<std::string, int> split_host_port(std::string_view text, const 
 
 /// The job's tcp store: rank 0's process serves it from the first one it opens until it
 /// exits, so that every communicator it makes, one after another or at once, meets there.
-inline std::unique_ptr<store> job_tcp_store(std::string host, int port, bool serve,
-                                            std::chrono::milliseconds timeout) {
-  if (!serve) return std::make_unique<tcp_store>(std::move(host), port, false, timeout);
-  return std::make_unique<tcp_store>(std::move(host), job_server(port), timeout);
+/// The server listens on `host`'s address alone, or MIMATRIX_SOCKET_IFNAME's interface's
+/// (store_listen_address), where rank 0 reaches it too; the other ranks connect to `host`.
+inline std::unique_ptr<store> job_tcp_store(const identity& self, std::string host, int port,
+                                            std::chrono::milliseconds timeout, const env_lookup& get) {
+  const std::string listen = store_listen_address(self.rank, host, get);  // checked on every rank
+  if (self.rank != 0) return std::make_unique<tcp_store>(std::move(host), port, false, timeout);
+  return std::make_unique<tcp_store>(listen, job_server(listen, port), timeout);
 }
 
 }  // namespace detail
@@ -70,6 +74,8 @@ inline std::unique_ptr<store> job_tcp_store(std::string host, int port, bool ser
 ///   MIMATRIX_STORE=file:/shared/dir      a file_store there
 ///   MIMATRIX_STORE=tcp://host:port       a tcp_store, served by rank 0
 ///   MASTER_ADDR and MASTER_PORT          a tcp_store, served by rank 0 (torchrun, mimatrix-run)
+/// Rank 0's server listens on the store's host's address alone, or on the interface
+/// MIMATRIX_SOCKET_IFNAME names (socket_interface.hpp), never on every address.
 ///   nothing, and `self.size` is 1        a memory_store
 /// Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) torchrun itself serves
 /// MASTER_PORT, so rank 0 serves on MASTER_PORT + 1 instead. `timeout` bounds connecting.
@@ -80,7 +86,6 @@ inline std::unique_ptr<store> job_tcp_store(std::string host, int port, bool ser
 /// nothing is set, or when a value is malformed.
 inline std::unique_ptr<store> open_store(const identity& self, std::chrono::milliseconds timeout,
                                          const env_lookup& get) try {
-  const bool serve = self.rank == 0;
   if (const char* spec = get("MIMATRIX_STORE"); spec && *spec) {
     const std::string_view text(spec);
     if (text.starts_with("file:")) {
@@ -89,7 +94,7 @@ inline std::unique_ptr<store> open_store(const identity& self, std::chrono::mill
     }
     if (text.starts_with("tcp://")) {
       auto [host, port] = detail::split_host_port(text.substr(6), "MIMATRIX_STORE");
-      return detail::job_tcp_store(host, port, serve, timeout);
+      return detail::job_tcp_store(self, host, port, timeout, get);
     }
     if (text == "memory:" && self.size == 1) return std::make_unique<memory_store>();
     throw error(errc::invalid_argument, "MIMATRIX_STORE='" + std::string(text) +
@@ -108,7 +113,7 @@ inline std::unique_ptr<store> open_store(const identity& self, std::chrono::mill
       if (port == 65535) throw error(errc::invalid_argument, "MASTER_PORT=65535 leaves no port for mimatrix's store under torchrun");
       ++port;
     }
-    return detail::job_tcp_store(addr, port, serve, timeout);
+    return detail::job_tcp_store(self, addr, port, timeout, get);
   }
   if (self.size == 1) return std::make_unique<memory_store>();
   throw error(errc::invalid_argument,

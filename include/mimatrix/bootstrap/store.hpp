@@ -2,6 +2,7 @@
 // store that exchanges endpoint addresses and memory keys. It never carries data.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -92,6 +93,14 @@ class store {
   /// Where the store lives, for messages ("tcp://10.0.0.1:29500", "file:/tmp/job").
   virtual std::string where() const = 0;
 
+  /// Which keys this object reaches: objects of one scope share them. What a process opens
+  /// through a store is numbered per scope (a fabric endpoint's `<n>`, docs/bootstrap.md
+  /// "Groups and their keys"), so that groups through separate stores need no names of
+  /// their own. By default each object is a namespace of its own (as c10d hands each
+  /// group's backend its own prefixed store); a store at a place its other objects reach
+  /// too (a tcp server, a directory) names that place.
+  virtual std::string scope() const { return "object " + std::to_string(serial_); }
+
  protected:
   /// Throws what set() promises when `key` or a value of `value_bytes` is over its bound.
   void check_entry(const std::string& key, std::size_t value_bytes) const {
@@ -104,6 +113,10 @@ class store {
                                               " bytes) is over the " + std::to_string(max_value_bytes) +
                                               " bytes a value may take in the rendezvous store at " + where());
   }
+
+ private:
+  inline static std::atomic<std::uint64_t> objects_{0};
+  std::uint64_t serial_ = ++objects_;  // never reused, unlike an address
 };
 
 }  // namespace mimatrix::bootstrap

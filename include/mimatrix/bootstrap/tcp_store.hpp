@@ -45,14 +45,15 @@ class tcp_store final : public store {
  public:
   /// Connects to `host`:`port`, retrying until `timeout` (the serving rank may start
   /// later). With `serve`, first starts the server on `port` (0: one the kernel picks;
-  /// port() says which). Throws errc::transport naming the port when it cannot serve, and
+  /// port() says which) of `host`'s address alone, not every address of this host.
+  /// Throws errc::transport naming the address and port when it cannot serve, and
   /// errc::transport naming the address and the last error when it cannot connect in time.
   tcp_store(std::string host, int port, bool serve, std::chrono::milliseconds timeout)
       : host_(std::move(host)), port_(port), timeout_(bounded_timeout(timeout)) {
     if (port < 0 || port > 65535)
       throw error(errc::invalid_argument, "rendezvous store port " + std::to_string(port) + " is not in [0, 65535]");
     if (serve) {
-      server_ = std::make_shared<detail::tcp_server>(port);
+      server_ = std::make_shared<detail::tcp_server>(host_, port);
       port_ = server_->port();
     } else if (port == 0) {
       throw error(errc::invalid_argument, "cannot connect to a rendezvous store at tcp://" + host_ + ":0");
@@ -132,6 +133,9 @@ class tcp_store final : public store {
   }
 
   std::string where() const override { return "tcp://" + host_ + ":" + std::to_string(port_); }
+
+  /// The server's address: every client of it in this process shares its keys.
+  std::string scope() const override { return where(); }
 
   /// The port the store is reached on (the kernel's pick when constructed with port 0).
   int port() const noexcept { return port_; }

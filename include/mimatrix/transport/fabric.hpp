@@ -79,9 +79,10 @@ struct fabric_options {
   /// MIMATRIX_STUCK_PROVIDER=exit|wait, else exit.
   std::optional<bool> exit_when_stuck{};
   /// The group's name, alike on each of its ranks. With how many endpoints of that name
-  /// this process opened before, it keys the group's entries in the store: a process may
-  /// belong to several groups, each opened in the same order by its members. split()
-  /// names the groups it makes.
+  /// this process opened before through the same store (store::scope()), it keys the
+  /// group's entries in the store: a process may belong to several groups over one store,
+  /// each opened in the same order by its members; groups through separate stores need
+  /// no names. split() names the groups it makes.
   std::string group = "world";
 };
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "support/bytes.hpp"
+#include "support/environment.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -29,22 +30,9 @@ using mimatrix::bootstrap::identity;
 using mimatrix::bootstrap::store;
 using mimatrix::bootstrap::tcp_store;
 
-using environment = std::map<std::string, std::string>;
-
-mimatrix::bootstrap::env_lookup lookup(const environment& vars) {
-  return [&vars](const char* name) -> const char* {
-    auto it = vars.find(name);
-    return it == vars.end() ? nullptr : it->second.c_str();
-  };
-}
-
-identity rank_of(int rank, int size) {
-  identity id;
-  id.rank = rank;
-  id.size = size;
-  id.launcher = "torchrun";
-  return id;
-}
+using mimatrix::test::environment;
+using mimatrix::test::lookup;
+using mimatrix::test::rank_of;
 
 std::string open_failure(const identity& id, const environment& vars) {
   try {

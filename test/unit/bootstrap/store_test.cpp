@@ -83,7 +83,7 @@ TEST(store, erase_prefix_removes_the_keys_under_it_and_no_other_on_every_store) 
 TEST(store, what_a_tcp_store_erases_no_longer_counts_against_its_bound) {
   mimatrix::bootstrap::detail::tcp_server_limits limits;
   limits.stored_bytes = 4096;
-  auto server = std::make_shared<mimatrix::bootstrap::detail::tcp_server>(0, limits);
+  auto server = std::make_shared<mimatrix::bootstrap::detail::tcp_server>("127.0.0.1", 0, limits);
   mimatrix::bootstrap::tcp_store s("127.0.0.1", server, 2s);
   const std::vector<std::byte> value(1200);
   for (int round = 0; round < 10; ++round) {  // 36 KB set in all, never over 4 KB at once

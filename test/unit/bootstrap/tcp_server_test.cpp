@@ -88,7 +88,7 @@ class server_process {
       const long long start_kb = status_kb("VmRSS");
       long long report[3] = {0, 0, 0};
       {
-        detail::tcp_server server(0, limits);
+        detail::tcp_server server("127.0.0.1", 0, limits);
         report[0] = server.port();
         (void)!::write(up[1], report, sizeof report[0]);
         char stop;
@@ -290,7 +290,7 @@ TEST(tcp_server, closes_a_silent_connection_and_a_stalled_request_and_a_client_r
   tcp_server_limits limits;
   limits.silent = 200ms;
   limits.stalled_request = 200ms;
-  detail::tcp_server server(0, limits);
+  detail::tcp_server server("127.0.0.1", 0, limits);
   const int silent = connect_to(server.port());
   const int stalled = connect_to(server.port());
   auto head = request_head(detail::tcp_op::set, "k", 1000);
@@ -310,7 +310,7 @@ TEST(tcp_server, closes_a_silent_connection_and_a_stalled_request_and_a_client_r
 TEST(tcp_server, parked_gets_are_bounded_with_a_clear_error) {
   tcp_server_limits limits;
   limits.buffered_bytes = 64 * 1024;
-  detail::tcp_server server(0, limits);
+  detail::tcp_server server("127.0.0.1", 0, limits);
   tcp_store s("127.0.0.1", server.port(), false, 2s);
   std::vector<std::unique_ptr<tcp_store>> waiting;
   std::vector<std::thread> gets;
@@ -425,7 +425,7 @@ std::vector<std::byte> read_reply(int fd) {
 // still answers it.
 TEST(tcp_server, a_stopping_server_answers_the_requests_that_had_arrived) {
   for (int round = 0; round < 20; ++round) {
-    auto server = std::make_unique<detail::tcp_server>(0);
+    auto server = std::make_unique<detail::tcp_server>("127.0.0.1", 0);
     const int fd = connect_to(server->port());
     ASSERT_GE(fd, 0);
     auto set = request_head(detail::tcp_op::set, "done", 2);

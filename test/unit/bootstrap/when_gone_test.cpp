@@ -142,7 +142,7 @@ TEST(when_gone, a_client_that_ends_or_disarms_everything_leaves_nothing) {
 TEST(when_gone, what_clients_arm_is_bounded_by_the_servers_buffered_bytes) {
   mimatrix::bootstrap::detail::tcp_server_limits limits;
   limits.buffered_bytes = 4096;
-  auto served = std::make_shared<mimatrix::bootstrap::detail::tcp_server>(0, limits);
+  auto served = std::make_shared<mimatrix::bootstrap::detail::tcp_server>("127.0.0.1", 0, limits);
   tcp_store client("127.0.0.1", served, 2s);
   try {
     client.set_when_gone("lost/0", std::vector<std::byte>(8000));

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "mimatrix/bootstrap/detail/tcp_server.hpp"
@@ -45,9 +46,10 @@ inline job_servers& job_servers_here() {
   return all;
 }
 
-/// The server on `port` this process runs for the job's store, else a new one bound there
-/// that serves until the process exits. Throws what tcp_server throws (the port is taken).
-inline std::shared_ptr<tcp_server> job_server(int port) {
+/// The server on `port` this process runs for the job's store, else a new one bound there,
+/// on `address` alone, that serves until the process exits. Throws what tcp_server throws
+/// (the port is taken, the address is not this host's).
+inline std::shared_ptr<tcp_server> job_server(const std::string& address, int port) {
   job_servers& all = job_servers_here();
   std::lock_guard lock(all.mutex);
   if (all.owner != ::getpid()) {
@@ -56,7 +58,7 @@ inline std::shared_ptr<tcp_server> job_server(int port) {
     all.owner = ::getpid();
   }
   std::shared_ptr<tcp_server>& server = all.by_port[port];
-  if (!server) server = std::make_shared<tcp_server>(port);
+  if (!server) server = std::make_shared<tcp_server>(address, port);
   return server;
 }
 

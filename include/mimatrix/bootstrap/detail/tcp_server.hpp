@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -35,14 +36,18 @@ class tcp_server {
   using clock = std::chrono::steady_clock;
 
  public:
-  /// Binds `port` on every address (0: one the kernel picks) and starts serving.
-  explicit tcp_server(int port, tcp_server_limits limits = {}) : limits_(limits) {
-    listen_ = listen_on_any_address(port);
+  /// Binds `port` (0: one the kernel picks) of `address` alone (listen_on) and starts
+  /// serving.
+  tcp_server(const std::string& address, int port, tcp_server_limits limits = {}) : limits_(limits) {
+    listen_ = listen_on(address, port);
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len);
     port_ = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    char host[NI_MAXHOST] = {};
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST);
+    address_ = host;
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0)
       throw error(errc::transport, "rendezvous store on port " + std::to_string(port_) +
@@ -62,6 +67,8 @@ class tcp_server {
   }
 
   int port() const noexcept { return port_; }
+  /// The numeric address it listens on ("127.0.0.1", "::1").
+  const std::string& address() const noexcept { return address_; }
 
  private:
   using value_ptr = std::shared_ptr<const std::vector<std::byte>>;
@@ -479,6 +486,7 @@ class tcp_server {
   tcp_server_limits limits_;
   unique_fd listen_, wake_read_, wake_write_;
   int port_ = 0;
+  std::string address_;
   // Touched by the server thread alone once it runs.
   std::map<std::uint64_t, client> clients_;
   std::vector<waiter> waiters_;

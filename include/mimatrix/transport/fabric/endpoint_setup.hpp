@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mimatrix/bootstrap/rendezvous.hpp"
@@ -187,13 +188,16 @@ inline void endpoint::open() {
   peer_calls_.assign(std::size_t(size_), 0);
 }
 
-/// How many endpoints of group `name` this process opened before: the ranks of a group
-/// open theirs in the same order, whatever other groups each belongs to.
-inline int next_instance_of(const std::string& name) {
+/// How many endpoints of group `name` this process opened before through stores of
+/// `scope` (store::scope()): the ranks of a group open theirs in the same order, whatever
+/// other groups each belongs to. Counted per store, as a store is a namespace: process 0
+/// in {0,1} through one store and then {0,2} through another, process 2 only in {0,2},
+/// meet under world/0 there (issue 53: a count per name alone gave world/1 and world/0).
+inline int next_instance_of(const std::string& scope, const std::string& name) {
   static std::mutex guard;
-  static std::map<std::string, int> opened;
+  static std::map<std::pair<std::string, std::string>, int> opened;
   std::lock_guard lock(guard);
-  return opened[name]++;
+  return opened[{scope, name}]++;
 }
 
 /// For bootstrap::all_gather's `gone`: whether rank r, which claimed its rank under
@@ -226,7 +230,8 @@ inline void endpoint::exchange_addresses() {
   if (settings_.group.empty() || settings_.group.find('\n') != std::string::npos)
     throw error(errc::invalid_argument, "rank " + std::to_string(rank_) +
                                             ": transport::fabric: a group's name must be one line, not empty");
-  prefix_ = "mimatrix/fabric/" + settings_.group + "/" + std::to_string(next_instance_of(settings_.group)) + "/";
+  const int instance = next_instance_of(store_->scope(), settings_.group);
+  prefix_ = "mimatrix/fabric/" + settings_.group + "/" + std::to_string(instance) + "/";
   // Before anything is published: a second process started with this RANK fails here.
   bootstrap::claim_rank(*store_, prefix_ + "claim", rank_, settings_.startup_timeout);
   const std::string me = bootstrap::detail::process_mark::self().encode();

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/fabric/tcp_interface.hpp"
 
 namespace mimatrix::transport::detail::fabric {
 
@@ -99,13 +100,17 @@ library load_libfabric(const Files& files, int rank) {
   return found;
 }
 
-/// libfabric, loaded by the first call in the process (from any thread); later calls return
-/// it at once. Throws as load_libfabric does; a later call tries again.
+/// libfabric, loaded by the first call in the process (from any thread), after FI_TCP_IFACE
+/// is chosen (tcp_interface.hpp); later calls return it at once. Throws as load_libfabric
+/// and choose_tcp_interface do; a later call tries again.
 inline const library& libfabric(int rank = -1) {
   static std::mutex guard;
   static library lib{};
   std::lock_guard lock(guard);
-  if (!lib.getinfo) lib = load_libfabric(libfabric_files, rank);
+  if (!lib.getinfo) {
+    choose_tcp_interface(rank);  // the tcp provider reads FI_TCP_IFACE once, when first asked
+    lib = load_libfabric(libfabric_files, rank);
+  }
   return lib;
 }
 
