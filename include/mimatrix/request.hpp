@@ -22,7 +22,7 @@ class [[nodiscard]] request {
  public:
   request() = default;
   /// `sequence`: the call's number on its communicator (sequence()).
-  request(std::unique_ptr<detail::operation> op, std::uint64_t sequence) : op_(std::move(op)), sequence_(sequence) {}
+  request(std::unique_ptr<detail::operation> op, std::uint64_t sequence) : op_(op.release()), sequence_(sequence) {}
   request(request&& other) noexcept
       : op_(std::move(other.op_)),
         sequence_(other.sequence_),
@@ -60,7 +60,7 @@ class [[nodiscard]] request {
   [[nodiscard]] bool test(std::error_code& ec) {
     ec = failed_;
     if (!op_) return true;
-    if (!op_->test(ec)) return false;
+    if (!detail::test_operation(*op_, ec)) return false;
     release(ec);
     return true;
   }
@@ -75,13 +75,13 @@ class [[nodiscard]] request {
   void wait(std::error_code& ec) {
     ec = failed_;
     if (!op_) return;
-    op_->wait(ec);
+    detail::wait_operation(*op_, ec);
     release(ec);
   }
 
  private:
   void release(const std::error_code& ec) {
-    if (ec) last_message_ = op_->message();
+    if (ec) last_message_ = detail::message_of(*op_);
     failed_ = ec;
     op_.reset();
   }
@@ -90,15 +90,15 @@ class [[nodiscard]] request {
   void finish_quietly() noexcept {
     if (!op_) return;
     std::error_code ec;
-    op_->wait(ec);
+    detail::wait_operation(*op_, ec);
     if (ec) {
-      const std::string line = "mimatrix WARN a request dropped without wait() failed: " + op_->message() + "\n";
+      const std::string line = "mimatrix WARN a request dropped without wait() failed: " + detail::message_of(*op_) + "\n";
       std::fwrite(line.data(), 1, line.size(), stderr);
     }
     op_.reset();
   }
 
-  std::unique_ptr<detail::operation> op_;
+  std::unique_ptr<detail::operation, detail::operation_deleter> op_;  // out of line: operation.hpp
   std::uint64_t sequence_ = 0;
   std::error_code failed_;  // kept: reported by every later wait() and test()
   std::string last_message_;

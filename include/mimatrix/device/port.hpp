@@ -87,8 +87,9 @@ class port {
   /// (2n times the bytes of traffic for n ranks). dsts[d] may be srcs[d] (in place,
   /// element by element); nothing else overlaps. This default queues combines into
   /// dsts[0] and copies from it: the same result, with more traffic.
-  virtual void reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts, std::size_t ndst,
-                           const void* const* srcs, std::size_t nsrc, std::size_t bytes, int ranks);
+  inline virtual void reduce_many(stream_handle s, const reduce::host_kernels& k, void* const* dsts,
+                                  std::size_t ndst, const void* const* srcs, std::size_t nsrc, std::size_t bytes,
+                                  int ranks);  // inline: a key function emits the vtable everywhere (progress.hpp)
 
   /// An event that completes once the work queued on `s` so far is done.
   virtual event record(stream_handle s) = 0;
@@ -127,12 +128,12 @@ class port {
   /// The handle of the device allocation that holds [p, p + bytes), and p's offset in it.
   /// Throws errc::invalid_argument, naming the memory, where it cannot be shared (not
   /// from allocate_device or cudaMalloc).
-  virtual shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset);
+  inline virtual shared_memory export_memory(const void* p, std::size_t bytes, std::size_t& offset);
   /// This process's address of a peer's block. A block is opened once and stays open
   /// (opening one costs milliseconds on CUDA) until the port goes or a newer block of
   /// its owner overlaps it (the owner freed it); its handle must come from
   /// export_memory() of the same kind of port on this node.
-  virtual std::byte* import_memory(const shared_memory& block);
+  inline virtual std::byte* import_memory(const shared_memory& block);
 
   /// What a network library must be told to send and receive this port's device memory
   /// directly (GPUDirect RDMA); interface::none where it cannot.

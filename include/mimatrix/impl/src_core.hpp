@@ -9,6 +9,7 @@
 #error "mimatrix/impl/src_core.hpp is for separate compilation: define MIMATRIX_SEPARATE_COMPILATION in every unit"
 #endif
 
+#include "mimatrix/core/impl/operation.ipp"
 #include "mimatrix/core/impl/options.ipp"
 #include "mimatrix/detail/impl/collectives_core.ipp"
 #include "mimatrix/detail/impl/communicator_state.ipp"

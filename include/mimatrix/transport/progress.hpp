@@ -27,8 +27,11 @@ class progress_engine;
 /// to check when a round moved nothing; completion and the error live here.
 class execution : public mimatrix::detail::operation {
  public:
-  bool test(std::error_code& ec) final;
-  void wait(std::error_code& ec) final;
+  // Declared inline, as every virtual here: a virtual function declared without it is the
+  // class's key function, and each unit that includes this header emitted the vtable and
+  // the executor with it (a unit including transport/inproc.hpp: 4x the compile time).
+  inline bool test(std::error_code& ec) final;
+  inline void wait(std::error_code& ec) final;
   const std::string& message() const final {
     static const std::string none;
     return ending_ ? ending_->message : none;

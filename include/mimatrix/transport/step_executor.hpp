@@ -98,10 +98,10 @@ class step_executor : public execution {
   /// Puts a receive's data where its step says (a copy, or a reduction into dst); true
   /// when done now, false when the transport completes the step later (a simulated
   /// transport charges the reduction's time). Without data (null), only the time counts.
-  virtual bool land(schedule::step_id id, const std::byte* data);
+  inline virtual bool land(schedule::step_id id, const std::byte* data);  // inline: progress.hpp says why
   /// Runs a reduce, reduce_slots, copy or finalize step: true when done now, false when
   /// the transport completes it later.
-  virtual bool run_local(schedule::step_id id);
+  inline virtual bool run_local(schedule::step_id id);
   /// The transport's part of ending with an error: tell the others (unless the failure
   /// came from them), take back what is posted, give back what peers lent, let go of the
   /// call's memory.
@@ -205,10 +205,10 @@ class step_executor : public execution {
 
   /// One round; a transport that drives its calls itself (the simulator, whose time is
   /// not the clock's) runs rounds directly instead of through the engine.
-  bool advance() final;
+  inline bool advance() final;
 
  private:
-  void idle(int rounds) final;
+  inline void idle(int rounds) final;
   bool start_ready();
   bool retry_queued();
   void post_now(schedule::step_id id);
