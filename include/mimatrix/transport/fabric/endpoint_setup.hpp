@@ -339,6 +339,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
                    [](const member& a, const member& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
   split_part part;
   part.id.launcher = identity_.launcher;
+  part.id.world_rank = identity_.world_rank < 0 ? rank_ : identity_.world_rank;
   part.id.size = int(members.size());
   part.id.local_size = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
