@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "mimatrix/core/dtype.hpp"
@@ -26,6 +27,11 @@ struct call_record {
   /// The peer whose data came last (the one the call waited on longest); -1 if none.
   int waited_on = -1;
   std::error_code error;   // empty when it succeeded
+  /// barrier() made the call (an allreduce of one byte): it is named barrier.
+  bool barrier = false;
+
+  /// What the caller called: "barrier", or the collective.
+  std::string_view name() const { return barrier ? std::string_view("barrier") : schedule::to_string(kind); }
 
   double seconds() const { return std::chrono::duration<double>(end - start).count(); }
   /// nccl-tests' bus bandwidth in GB/s: bytes / time, times 2(p-1)/p for allreduce,

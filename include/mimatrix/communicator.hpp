@@ -30,6 +30,7 @@ class communicator {
   explicit communicator(Args&&... args) : transport_(std::forward<Args>(args)...) {
     set_progress(state_.settings().progress);
     state_.opened(rank(), size(), transport_name());
+    state_.open_timeline(group(), world_rank());
   }
   ~communicator() { state_.closing(rank(), size()); }
 
@@ -39,6 +40,7 @@ class communicator {
     state_.settings() = settings;
     set_progress(settings.progress);
     state_.opened(rank(), size(), transport_name());
+    state_.open_timeline(group(), world_rank());
   }
 
   /// Calls `hook` with the record of every call that finishes from now on (collective,
@@ -81,6 +83,19 @@ class communicator {
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
+  /// The rank of this process in the world this communicator was split from (its own rank
+  /// where it was not split, or where the transport does not tell).
+  int world_rank() const {
+    if constexpr (requires { transport_.world_rank(); }) return transport_.world_rank();
+    else return rank();
+  }
+  /// The group as the transport names it: alike on its ranks, unlike any other group this
+  /// process opened ("world/0", "world/0split0/color1/0"); the transport's name where it
+  /// does not tell. Timeline files are named by it (MIMATRIX_TIMELINE).
+  std::string group() const {
+    if constexpr (requires { transport_.group(); }) return transport_.group();
+    else return transport_name();
+  }
 
   Transport& transport() { return transport_; }
   const Transport& transport() const { return transport_; }

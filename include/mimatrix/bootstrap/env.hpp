@@ -22,6 +22,7 @@ struct identity {
   int local_rank = 0;  // rank among the processes on this node
   int local_size = 1;
   std::string launcher = "none";  // "torchrun", "openmpi", "slurm", "pmi" or "none"
+  int world_rank = -1;  // the rank in the group this one was split from, first of all; -1: `rank`
 };
 
 /// Looks a variable up: `std::getenv`, or a table in tests. Null when unset.

@@ -28,7 +28,9 @@
 
 #include "mimatrix/bootstrap/detail/fd.hpp"
 #include "mimatrix/bootstrap/detail/launch_guardian.hpp"
+#include "mimatrix/bootstrap/detail/process_mark.hpp"
 #include "mimatrix/bootstrap/detail/shm_files.hpp"
+#include "mimatrix/bootstrap/detail/shm_owners.hpp"
 #include "mimatrix/core/error.hpp"
 
 namespace mimatrix::bootstrap {
@@ -320,8 +322,11 @@ class launcher {
         if (!group_alive(rank.pid))
           for (int s = 0; s < 2; ++s) read_output(r, s, true);
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        // A rank killed by a signal could not remove its shared-memory files: we do.
+        // A rank killed by a signal could not remove its shared-memory files: we do. Behind
+        // a wrapper (or killed in a child of its own) its files are under another pid: the
+        // marked owners' (shm_owners.hpp) that ended go too, after any failed rank.
         if (WIFSIGNALED(status)) remove_shm_files_of(rank.pid);
+        if (code != 0) remove_shm_files_of_ended_owners(self_);
         result_.status[r] = code;
         if (code != 0 && result_.failed_rank < 0 && !result_.timed_out) {
           result_.failed_rank = static_cast<int>(r);
@@ -439,6 +444,7 @@ class launcher {
   }
 
   const launch_options& options_;
+  const process_mark self_ = process_mark::self();  // which marked owners this process can check
   std::vector<launched_rank> ranks_;
   launch_result result_;
   bool piped_ = false;

@@ -59,9 +59,12 @@ class communicator_state {
   void add_call_hook(call_hook hook) { hooks_.push_back(std::move(hook)); }
   const std::vector<call_hook>& call_hooks() const { return hooks_; }
 
-  /// The communicator is up as rank `rank` of `size` over `transport`: opens the timeline
-  /// MIMATRIX_TIMELINE names, and says so at MIMATRIX_DEBUG=INFO.
+  /// The communicator is up as rank `rank` of `size` over `transport`: says so at
+  /// MIMATRIX_DEBUG=INFO.
   MIMATRIX_DECL void opened(int rank, int size, const std::string& transport);
+  /// Opens the timeline MIMATRIX_TIMELINE names, if it does, for the communicator of group
+  /// `group` (as its transport names it) in the process of world rank `world_rank`.
+  MIMATRIX_DECL void open_timeline(const std::string& group, int world_rank);
   /// Says so at MIMATRIX_DEBUG=INFO.
   MIMATRIX_DECL void closing(int rank, int size) const;
 

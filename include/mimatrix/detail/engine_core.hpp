@@ -73,11 +73,11 @@ class engine_core {
   /// type. A deadline of its own if `timeout` is set, else the communicator's. With
   /// `stream`, the buffers are device memory of its port and the call is ordered on it.
   /// `tag` is the caller's label of the call (call_options::tag), which every rank must
-  /// give alike.
+  /// give alike. `barrier`: barrier() calls it, which the call's record says.
   MIMATRIX_DECL request start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
                               std::size_t out_count, int root, const reduce::host_kernels& kernels,
                               std::optional<std::chrono::milliseconds> timeout = std::nullopt,
-                              const device::stream* stream = nullptr, std::uint32_t tag = 0);
+                              const device::stream* stream = nullptr, std::uint32_t tag = 0, bool barrier = false);
 
  private:
   struct impl;

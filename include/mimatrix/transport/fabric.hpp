@@ -149,6 +149,11 @@ class fabric {
 
   MIMATRIX_DECL int rank() const;
   MIMATRIX_DECL int size() const;
+  /// This process's rank in the group the first split() was made on (its own rank if none).
+  MIMATRIX_DECL int world_rank() const;
+  /// The group's name and how many endpoints of that name this process opened before
+  /// ("world/0", "world/0split0/color1/0"): alike on its ranks, unlike any other group here.
+  MIMATRIX_DECL std::string group() const;
   /// The provider libfabric opened, e.g. "shm" or "tcp;ofi_rxm".
   MIMATRIX_DECL const std::string& provider() const;
   /// Buffers registered so far, and lookups the cache answered (FI_MR_LOCAL providers).

@@ -46,6 +46,11 @@ class inproc {
 
   int rank() const { return rank_; }
   int size() const { return world_->size(); }
+  /// A world has no parent: each rank is its own world rank.
+  int world_rank() const { return rank_; }
+  /// "inproc<world>/<endpoint>": the world among this process's, and the rank's endpoints
+  /// opened on it before this one (alike on its ranks).
+  std::string group() const { return "inproc" + std::to_string(world_->id()) + "/" + std::to_string(instance_); }
   static constexpr const char* name = "inproc";
   /// Writes land in the target's buffers; waits count flags.
   static constexpr bool native_one_sided = true;

@@ -107,21 +107,27 @@ TEST(observability, the_bus_bandwidth_follows_nccl_tests) {
 }
 
 TEST(observability, a_timeline_file_a_rank_holds_one_complete_event_a_call) {
-  EXPECT_EQ(detail::timeline_path("/tmp/t.json", 2, 4), "/tmp/t.rank2.json");
-  EXPECT_EQ(detail::timeline_path("/tmp/t-%r.json", 2, 4), "/tmp/t-2.json");
-  EXPECT_EQ(detail::timeline_path("/tmp/t.json", 0, 1), "/tmp/t.json");
-  EXPECT_EQ(detail::timeline_path("/tmp/d.x/trace", 1, 2), "/tmp/d.x/trace.rank1");
-  const std::string pattern = ::testing::TempDir() + "mimatrix-timeline-%r.json";
+  const detail::timeline_member world{"world/0", 2}, part{"world/0split0/color1/0", 2};
+  EXPECT_EQ(detail::timeline_path("/tmp/t.json", world), "/tmp/t.world-0.rank2.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/t.json", part), "/tmp/t.world-0split0-color1-0.rank2.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/t-%r.json", world), "/tmp/t-2.world-0.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/%g/t-%r.json", world), "/tmp/world-0/t-2.json");
+  EXPECT_EQ(detail::timeline_path("/tmp/d.x/trace", {"world/0", 1}), "/tmp/d.x/trace.world-0.rank1");
+  EXPECT_EQ(detail::json_escaped("a \"b\"\n"), "a \\\"b\\\"\\u000a");
+  const std::string pattern = ::testing::TempDir() + "mimatrix-timeline-%g-%r.json";
   ::setenv("MIMATRIX_TIMELINE", pattern.c_str(), 1);
+  std::string group;
   transport::run_inproc(2, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);
+    if (r == 0) group = comm.group();
     sum_t sum(comm);
     std::vector<float> v(1000, 1.0f);
     for (int k = 0; k < 3; ++k) sum(v);
   });
   ::unsetenv("MIMATRIX_TIMELINE");
+  EXPECT_EQ(group.rfind("inproc", 0), 0u) << group;
   for (int r = 0; r < 2; ++r) {
-    std::ifstream in(detail::timeline_path(pattern, r, 2));
+    std::ifstream in(detail::timeline_path(pattern, {group, r}));
     std::stringstream text;
     text << in.rdbuf();
     const std::string json = text.str();

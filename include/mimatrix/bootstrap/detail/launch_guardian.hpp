@@ -1,7 +1,8 @@
 // The launcher's guardian: a process forked before the ranks that ends every rank's process
 // group if the launcher dies without doing it (SIGKILL, a crash). A rank's own child dies
 // with the launcher (PR_SET_PDEATHSIG), but what that child started does not: a rank run
-// through a wrapper script went on training with no parent (a black-box test).
+// through a wrapper script went on training with no parent (a black-box test). Then it
+// removes the shared memory of the ranks it ended (shm_owners.hpp).
 #pragma once
 
 #include <cerrno>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include "mimatrix/bootstrap/detail/fd.hpp"
+#include "mimatrix/bootstrap/detail/process_mark.hpp"
+#include "mimatrix/bootstrap/detail/shm_owners.hpp"
 #include "mimatrix/core/error.hpp"
 
 namespace mimatrix::bootstrap::detail {
@@ -86,19 +89,31 @@ class launch_guardian {
       if (n < groups_.size()) groups_[n++] = group;
     }
     for (std::size_t i = 0; i < n; ++i) ::kill(-groups_[i], SIGTERM);
-    const auto steps = kill_after.count() / 50 + 1;
-    for (long long k = 0; k < steps; ++k) {
-      bool alive = false;
-      for (std::size_t i = 0; i < n; ++i) alive = alive || ::kill(-groups_[i], 0) == 0;
-      if (!alive) ::_exit(0);
-      const timespec pause{0, 50'000'000};
-      ::nanosleep(&pause, nullptr);
+    if (!wait_for_groups(n, kill_after)) {
+      for (std::size_t i = 0; i < n; ++i) ::kill(-groups_[i], SIGKILL);
+      (void)wait_for_groups(n, std::chrono::seconds(2));
     }
-    for (std::size_t i = 0; i < n; ++i) ::kill(-groups_[i], SIGKILL);
+    // The ranks it ended could not remove their shared memory. The only code here that
+    // allocates, last and after the ranks are gone: glibc's fork leaves malloc usable in
+    // the child, and a guardian that hung here would hold nothing the ranks need.
+    remove_shm_files_of_ended_owners(self_);
     ::_exit(0);
   }
 
+  /// Whether the first `n` groups ended within `limit`, polled every 50 ms.
+  bool wait_for_groups(std::size_t n, std::chrono::milliseconds limit) const {
+    for (long long k = 0; k <= limit.count() / 50; ++k) {
+      bool alive = false;
+      for (std::size_t i = 0; i < n; ++i) alive = alive || ::kill(-groups_[i], 0) == 0;
+      if (!alive) return true;
+      const timespec pause{0, 50'000'000};
+      ::nanosleep(&pause, nullptr);
+    }
+    return false;
+  }
+
   std::vector<pid_t> groups_;  // allocated before the fork: the guardian only writes into it
+  process_mark self_ = process_mark::self();  // read before the fork: whose marks it can check
   unique_fd write_;
   pid_t pid_ = -1;
 };

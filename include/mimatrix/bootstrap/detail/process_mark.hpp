@@ -74,6 +74,14 @@ struct process_mark {
   }
   bool ended() const { return state() == status::ended; }
 
+  /// When process `pid` started, in clock ticks after boot (/proc/<pid>/stat field 22);
+  /// none when there is no such process (or it cannot be read).
+  static std::optional<std::uint64_t> start_of(long pid) {
+    const auto text = stat_text(pid);
+    const auto s = text ? parse(*text) : std::nullopt;
+    return s && s->started ? std::optional(s->started) : std::nullopt;
+  }
+
  private:
   struct stat_fields {
     char state;             // field 3
@@ -113,11 +121,6 @@ struct process_mark {
     for (int field = 4; field < 22; ++field) in >> skip;
     if (!(in >> f.started)) return std::nullopt;
     return f;
-  }
-  static std::optional<std::uint64_t> start_of(long pid) {
-    const auto text = stat_text(pid);
-    const auto s = text ? parse(*text) : std::nullopt;
-    return s && s->started ? std::optional(s->started) : std::nullopt;
   }
 };
 

@@ -105,7 +105,7 @@ MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
   try {
     impl_->engine(schedule::collective::allreduce, options)
         .start(schedule::collective::allreduce, &in, 1, &out, 1, 0, impl_->kernels(schedule::collective::allreduce, dtype::uint8, reduce::op_kind::max),
-               options.timeout, nullptr, options.tag)
+               options.timeout, nullptr, options.tag, /*barrier=*/true)
         .wait();
   } catch (const error& e) {  // the caller called barrier(), not the allreduce it is made of
     throw error(e.code(), "barrier (an allreduce of one byte): " + e.reason());

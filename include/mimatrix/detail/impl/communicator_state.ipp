@@ -69,14 +69,18 @@ MIMATRIX_DECL plan_cache& communicator_state::plans() { return calls_->plans; }
 MIMATRIX_DECL const plan_cache& communicator_state::plans() const { return calls_->plans; }
 
 MIMATRIX_DECL void communicator_state::opened(int rank, int size, const std::string& transport) {
-  if (const char* pattern = std::getenv("MIMATRIX_TIMELINE"); pattern && *pattern) {
-    auto file = std::make_shared<timeline_file>(timeline_path(pattern, rank, size));
-    hooks_.push_back([file](const call_record& r) { file->write(r); });
-  }
   if (log_enabled(log_level::info))
     log(log_level::info, "rank " + std::to_string(rank) + " of " + std::to_string(size) + ": communicator over " +
                              transport + " opened (timeout " + std::to_string(options_.timeout.count()) +
                              " ms; the progress mode is said at the first call)");
+}
+
+MIMATRIX_DECL void communicator_state::open_timeline(const std::string& group, int world_rank) {
+  if (const char* pattern = std::getenv("MIMATRIX_TIMELINE"); pattern && *pattern) {
+    const timeline_member who{group, world_rank};
+    auto file = std::make_shared<timeline_file>(timeline_path(pattern, who), who);
+    hooks_.push_back([file](const call_record& r) { file->write(r); });
+  }
 }
 
 MIMATRIX_DECL void communicator_state::closing(int rank, int size) const {

@@ -72,7 +72,7 @@ MIMATRIX_DECL engine_core::~engine_core() = default;
 MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* in, std::size_t in_count, void* out,
                                          std::size_t out_count, int root, const reduce::host_kernels& kernels,
                                          std::optional<std::chrono::milliseconds> timeout,
-                                         const device::stream* stream, std::uint32_t tag) {
+                                         const device::stream* stream, std::uint32_t tag, bool barrier) {
   impl& e = *impl_;
   const transport_face& t = e.transport;
   refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
@@ -121,6 +121,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   r.kind = kind;
   r.sequence = sig.sequence;
   r.tag = tag;
+  r.barrier = barrier;
   r.type = kernels.type;
   r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
   r.rank = t.rank;

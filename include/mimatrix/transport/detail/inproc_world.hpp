@@ -78,6 +78,8 @@ class inproc_world {
   inproc_world& operator=(const inproc_world&) = delete;
 
   int size() const { return static_cast<int>(boxes_.size()); }
+  /// The worlds this process made before this one: names it among them (timelines).
+  std::uint64_t id() const { return id_; }
 
   /// How often a blocked rank yields before it sleeps. Yielding wins when a peer is
   /// microseconds away on another core; with more ranks than cores it only burns time
@@ -239,6 +241,12 @@ class inproc_world {
   std::mutex board_mutex_;
   std::map<std::uint64_t, entry> board_;  // by call_key
   std::vector<std::uint64_t> opened_;     // by rank: endpoints opened (open())
+  std::uint64_t id_ = next_id();
+
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> made{0};
+    return made++;
+  }
 };
 
 /// How a rank waits for its peers: yields while they are likely microseconds away, then

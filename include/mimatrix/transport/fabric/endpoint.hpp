@@ -1,9 +1,8 @@
 // One rank's libfabric endpoint: provider selection, the reliable-datagram endpoint with
 // its completion queue and address vector, the address exchange through the rendezvous
 // store, and the progress engine that hands completions to the calls they belong to.
-// This file declares it, with its small members; the larger ones are defined by idea in
-// endpoint_setup.hpp (domain and wire-up), endpoint_control.hpp (control plane),
-// endpoint_dispatch.hpp (completions) and endpoint_teardown.hpp, included at the end.
+// This file declares it, with its small members; the larger ones are defined by idea in endpoint_setup.hpp
+// (wire-up), endpoint_control.hpp, endpoint_dispatch.hpp and endpoint_teardown.hpp, included at the end.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -88,6 +87,7 @@ class endpoint {
   /// Groups split from this one that run parts of its calls: abort_all() aborts them too.
   void abort_with(std::weak_ptr<endpoint> part) { parts_.push_back(std::move(part)); }
   const bootstrap::identity& identity() const { return identity_; }
+  std::string group_instance() const { return prefix_.substr(16, prefix_.size() - 17); }  // "world/0"
 
   /// A rank's part of a split: its identity in the new group, and the group's name.
   struct split_part {

@@ -31,6 +31,7 @@
 
 #include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/core/log.hpp"
 #include "mimatrix/transport/fabric/endpoint.hpp"
 #include "mimatrix/transport/fabric/error.hpp"
 #include "mimatrix/transport/fabric/library.hpp"
@@ -169,7 +170,10 @@ inline void endpoint::open() {
                       explain_fabric_call("fi_av_open", av, provider_) + ")");
     check_fabric_call(av, "fi_av_open", provider_, where);
   }
-  if (provider_ == "shm") remove_stale_shm_regions();  // else a recycled pid fails in fi_enable
+  // Else a recycled pid fails in fi_enable, and killed ranks' regions fill /dev/shm.
+  if (const std::size_t removed = remove_stale_shm_regions(); removed > 0)
+    log(log_level::info, "rank " + std::to_string(rank_) + ": removed " + std::to_string(removed) +
+                             " file(s) of ended processes from /dev/shm");
   check_fabric_call(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint", provider_, where);
   check_fabric_call(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", provider_, where);
   check_fabric_call(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)", provider_, where);
@@ -344,6 +348,7 @@ inline std::optional<endpoint::split_part> endpoint::split(int color, int key) {
                    [](const member& a, const member& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
   split_part part;
   part.id.launcher = identity_.launcher;
+  part.id.world_rank = identity_.world_rank < 0 ? rank_ : identity_.world_rank;
   part.id.size = int(members.size());
   part.id.local_size = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {

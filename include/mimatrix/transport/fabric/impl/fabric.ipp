@@ -108,6 +108,11 @@ MIMATRIX_DECL std::size_t fabric::chunk_for_provider(const std::string& provider
 
 MIMATRIX_DECL int fabric::rank() const { return endpoint_->rank(); }
 MIMATRIX_DECL int fabric::size() const { return endpoint_->size(); }
+MIMATRIX_DECL int fabric::world_rank() const {
+  const int w = endpoint_->identity().world_rank;
+  return w < 0 ? endpoint_->rank() : w;
+}
+MIMATRIX_DECL std::string fabric::group() const { return endpoint_->group_instance(); }
 MIMATRIX_DECL const std::string& fabric::provider() const { return endpoint_->provider(); }
 MIMATRIX_DECL std::size_t fabric::registrations() const { return endpoint_->registrations().registrations(); }
 MIMATRIX_DECL std::size_t fabric::registration_hits() const { return endpoint_->registrations().hits(); }
