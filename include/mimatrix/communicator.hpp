@@ -31,6 +31,7 @@ class communicator {
     set_progress(state_.settings().progress);
     state_.opened(rank(), size(), transport_name());
     state_.open_timeline(group(), world_rank());
+    state_.open_flight_record(group(), world_rank(), rank(), size());
   }
   ~communicator() { state_.closing(rank(), size()); }
 
@@ -41,6 +42,7 @@ class communicator {
     set_progress(settings.progress);
     state_.opened(rank(), size(), transport_name());
     state_.open_timeline(group(), world_rank());
+    state_.open_flight_record(group(), world_rank(), rank(), size());
   }
 
   /// Calls `hook` with the record of every call that finishes from now on (collective,
@@ -80,6 +82,14 @@ class communicator {
     if (!part) return std::nullopt;
     return std::optional<communicator>(std::in_place, split_tag{}, std::move(*part), state_.settings());
   }
+
+  /// Writes this communicator's flight record (its last MIMATRIX_FLIGHT_RECORD calls, and
+  /// the step each call in flight waits on) as JSON to `path`, by default
+  /// `$MIMATRIX_FLIGHT_RECORD_DIR/flight.<group>.rank<world rank>.json` (/tmp without the
+  /// setting), and returns the path; scripts/mimatrix-trace reads every rank's. Safe from
+  /// any thread, while calls run: it copies the record under a short lock and writes after.
+  /// Throws `invalid_argument` when the record is off or the file cannot be written.
+  std::string dump_flight_record(const std::string& path = {}) const { return state_.dump_flight_record(path, rank()); }
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }

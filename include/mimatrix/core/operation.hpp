@@ -10,6 +10,8 @@
 namespace mimatrix {
 
 namespace detail {
+struct flight_stall_note;
+
 /// What a transport runs for one collective call.
 class operation {
  public:
@@ -22,6 +24,9 @@ class operation {
   virtual const std::string& message() const = 0;
   /// The peer whose data came last (the one the call waited on longest); -1 if none.
   virtual int last_peer() const { return -1; }
+  /// Where the call stalls goes to `note` from now on (the flight record's; it outlives
+  /// the operation). An operation that cannot tell ignores it.
+  virtual void watch_stalls(flight_stall_note* note) { (void)note; }
 };
 
 /// What a request calls of its operation, out of line with separate compilation. Inline,

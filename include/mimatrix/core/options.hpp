@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,13 +35,21 @@ inline std::chrono::steady_clock::time_point deadline_after(std::chrono::millise
   return std::chrono::steady_clock::now() + bounded_timeout(timeout);
 }
 
+/// The most calls a flight record keeps: 10 million entries are about 3 GB.
+inline constexpr std::size_t flight_record_max = 10'000'000;
+
 struct options {
   /// How long one collective may wait for its peers before it fails with `timeout`.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 
   progress_mode progress = progress_mode::caller;
 
-  /// Defaults, overridden by MIMATRIX_TIMEOUT_MS and MIMATRIX_PROGRESS when they are set.
+  /// How many of its last calls a communicator keeps in its flight record
+  /// (MIMATRIX_FLIGHT_RECORD; 0: none). Read when the communicator opens.
+  std::size_t flight_record = 2000;
+
+  /// Defaults, overridden by MIMATRIX_TIMEOUT_MS, MIMATRIX_PROGRESS and
+  /// MIMATRIX_FLIGHT_RECORD when they are set.
   /// A deadline beyond max_timeout (or beyond a long long) is cut to max_timeout.
   MIMATRIX_DECL static options from_environment();
 };

@@ -19,6 +19,7 @@
 namespace mimatrix::detail {
 
 class plan_cache;
+class flight_recorder;
 
 /// @par Thread Safety
 /// As its communicator: one thread at a time.
@@ -65,6 +66,15 @@ class communicator_state {
   /// Opens the timeline MIMATRIX_TIMELINE names, if it does, for the communicator of group
   /// `group` (as its transport names it) in the process of world rank `world_rank`.
   MIMATRIX_DECL void open_timeline(const std::string& group, int world_rank);
+  /// Opens the flight record (MIMATRIX_FLIGHT_RECORD; detail/flight_recorder.hpp) of the
+  /// communicator of group `group`, rank `rank` of `size`, in the process of world rank
+  /// `world_rank`; none when the setting is 0.
+  MIMATRIX_DECL void open_flight_record(const std::string& group, int world_rank, int rank, int size);
+  /// Writes the flight record to `path` (empty: the default path) and returns the path;
+  /// throws `invalid_argument` naming rank `rank` when it is off or cannot be written.
+  MIMATRIX_DECL std::string dump_flight_record(const std::string& path, int rank) const;
+  /// The flight record; null when off.
+  flight_recorder* flight() const { return flight_.get(); }
   /// Says so at MIMATRIX_DEBUG=INFO.
   MIMATRIX_DECL void closing(int rank, int size) const;
 
@@ -83,6 +93,8 @@ class communicator_state {
   std::optional<progress_mode> announced_progress_;  // the mode last said; none before the first call
   std::unique_ptr<calls> calls_;
   std::vector<call_hook> hooks_;
+  int flight_signal_ = 0;  // MIMATRIX_FLIGHT_RECORD_SIGNAL, checked at construction
+  std::unique_ptr<flight_recorder> flight_;
   std::shared_ptr<const int> alive_ = std::make_shared<const int>(0);
 };
 

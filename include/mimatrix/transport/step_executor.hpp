@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/device_steps.hpp"
+#include "mimatrix/detail/flight_record.hpp"
 #include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/host_staging.hpp"
 #include "mimatrix/transport/host_steps.hpp"
@@ -194,6 +196,7 @@ class step_executor : public execution {
   const signature& sig() const { return sig_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   int last_peer() const final { return last_peer_; }
+  void watch_stalls(mimatrix::detail::flight_stall_note* note) final { stall_note_.store(note, std::memory_order_release); }
   std::size_t flags_expected() const { return flags_expected_; }
   std::size_t flags_raised() const { return book_->flag_sources.size(); }
   error_context context(schedule::step_id id) const;
@@ -226,6 +229,8 @@ class step_executor : public execution {
   /// Every step done, only work queued on the rank's stream left: no peer holds the call.
   bool device_work_only() const { return completed_ == plan_->steps.size() && device_ && device_->working(); }
   void check_time();
+  /// The stuck step into the flight record's note, if it watches (only on the stall path).
+  void note_stall() const;
 
   // What every round reads comes first, together (with execution's and mem_, two cache
   // lines); the call's clock, which only a call that waits long reads, is kept in the
@@ -244,6 +249,7 @@ class step_executor : public execution {
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
   direct_collective* direct_ = nullptr;  // run_directly(); last, apart from what every round reads
   std::shared_ptr<shared_fate> fate_;    // share_fate(); read at posts and failures only
+  std::atomic<mimatrix::detail::flight_stall_note*> stall_note_{nullptr};  // watch_stalls(); stalls only
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this

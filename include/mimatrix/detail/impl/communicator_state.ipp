@@ -13,6 +13,8 @@
 #include "mimatrix/core/log.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
+#include "mimatrix/detail/flight_recorder.hpp"
+#include "mimatrix/detail/flight_signal.hpp"
 #include "mimatrix/detail/timeline.hpp"
 #include "mimatrix/transport/progress.hpp"
 
@@ -27,6 +29,7 @@ MIMATRIX_DECL communicator_state::communicator_state(int rank) : calls_(std::mak
   try {
     options_ = options::from_environment();
     (void)algorithm::selection::from_environment();  // a bad MIMATRIX_ALGO fails here, not at a first call
+    flight_signal_ = flight_signal_from_environment();
   } catch (const error& e) {
     throw error(e.code(), "rank " + std::to_string(rank) + ": " + e.reason());
   }
@@ -81,6 +84,20 @@ MIMATRIX_DECL void communicator_state::open_timeline(const std::string& group, i
     auto file = std::make_shared<timeline_file>(timeline_path(pattern, who), who);
     hooks_.push_back([file](const call_record& r) { file->write(r); });
   }
+}
+
+MIMATRIX_DECL void communicator_state::open_flight_record(const std::string& group, int world_rank, int rank,
+                                                          int size) {
+  if (options_.flight_record == 0) return;
+  flight_ = std::make_unique<flight_recorder>(options_.flight_record, flight_member{group, world_rank, rank, size},
+                                              flight_signal_);
+}
+
+MIMATRIX_DECL std::string communicator_state::dump_flight_record(const std::string& path, int rank) const {
+  if (!flight_)
+    throw error(errc::invalid_argument, "rank " + std::to_string(rank) +
+                                            ": dump_flight_record: the flight record is off (MIMATRIX_FLIGHT_RECORD=0)");
+  return flight_->dump(path, "request");
 }
 
 MIMATRIX_DECL void communicator_state::closing(int rank, int size) const {

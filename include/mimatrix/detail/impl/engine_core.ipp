@@ -13,6 +13,7 @@
 #include "mimatrix/detail/buffer_overlap.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/engine_core.hpp"
+#include "mimatrix/detail/flight_recorder.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
 #include "mimatrix/detail/recorded_operation.hpp"
 #include "mimatrix/detail/staged_call.hpp"
@@ -112,12 +113,14 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                         return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
-  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
+  flight_recorder* const flight = e.comm.flight();
+  if (e.comm.call_hooks().empty() && !flight)
+    return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
   call_record r;
   r.start = std::chrono::steady_clock::now();
-  auto plan = e.pick(e.plan_for(desc, shared_device), desc, stream);
+  const plan_set& plans = e.plan_for(desc, shared_device);
+  auto plan = e.pick(plans, desc, stream);
   r.algorithm = plan->algorithm;
-  auto op = launch(std::move(plan));
   r.kind = kind;
   r.sequence = sig.sequence;
   r.tag = tag;
@@ -126,7 +129,30 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
   r.rank = t.rank;
   r.size = t.size;
-  return request(std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks()), sig.sequence);
+  auto recorded = std::make_unique<recorded_operation>(std::move(r), e.comm.call_hooks(), flight);
+  if (flight) {
+    flight_entry f;
+    f.sequence = sig.sequence;
+    f.in_count = in_count;
+    f.out_count = out_count;
+    f.tag = tag;
+    f.root = broadcast ? root : -1;
+    f.kind = kind;
+    f.op = kernels.op;
+    f.type = kernels.type;
+    f.path = !stream ? flight_path::host : t.start_on_device ? flight_path::device : flight_path::staged;
+    f.barrier = barrier;
+    f.lowered = plans.lowered && plan == plans.lowered;
+    copy_cut(f.algorithm, plan->algorithm);
+    recorded->start_in_flight(f);
+  }
+  try {
+    recorded->adopt(launch(std::move(plan)));
+  } catch (const error& failed) {
+    recorded->launch_failed(failed);
+    throw;
+  }
+  return request(std::move(recorded), sig.sequence);
 }
 
 MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule::descriptor& d, const void* in,

@@ -42,6 +42,7 @@ inline void step_executor::fail_from(errc code, const std::string& origin) {
   if (finished()) return;
   // Quoting the origin, not the message of each rank or call that passed it on, keeps the
   // cause in front (it nested four deep after a rank killed across hosts: a black-box test).
+  note_stall();  // where this rank was when another's failure ended the call
   const bool own = names_rank(origin, plan_->rank);
   end_with(code,
            "rank " + std::to_string(plan_->rank) + ": " + to_string(sig_) +
@@ -86,10 +87,12 @@ inline void step_executor::check_time() {
   const bool peers_matter = !concluded_ && !device_work_only();
   if (now >= book_->clock.ended_check_at && peers_matter) {
     book_->clock.ended_check_at = now + ended_check_interval;
+    note_stall();  // a call stuck this long is worth a note; shorter waits are not
     if (const std::string gone = ended_peers(); !gone.empty()) {
       while (advance()) {  // what it sent before it exited may still be queued
       }
       if (finished()) return;
+      note_stall();
       return fail(errc::peer_lost, describe(stuck_context(), gone + "; this rank was " + stuck_reason()));
     }
   }
@@ -108,6 +111,7 @@ inline void step_executor::check_time() {
       } else {
         std::string who;
         for (int r : silent) who += (who.empty() ? "" : ", ") + std::to_string(r);
+        note_stall();
         return fail(errc::peer_lost,
                     describe(stuck_context(), "rank(s) " + who +
                                                   " did not answer a liveness probe (exited, killed, or stuck "
@@ -116,6 +120,7 @@ inline void step_executor::check_time() {
     }
   }
   if (clock::now() >= book_->clock.deadline) {
+    note_stall();
     const std::string& running = book_->clock.silent_but_running;
     fail(errc::timeout,
          describe(stuck_context(), "timed out after " + std::to_string(timeout_.count()) + " ms " + stuck_reason() +
@@ -137,6 +142,15 @@ inline std::int64_t step_executor::stuck_step() const {
   for (std::size_t i = 0; i < steps.size(); ++i)
     if (steps[i].posted || steps[i].queued) return std::int64_t(i);
   return -1;
+}
+
+inline void step_executor::note_stall() const {
+  mimatrix::detail::flight_stall_note* note = stall_note_.load(std::memory_order_acquire);
+  if (!note) return;
+  const std::int64_t at = stuck_step();
+  if (at < 0) return;
+  const schedule::step& st = step_at(static_cast<schedule::step_id>(at));
+  note->note(at, st.peer, st.tag, st.bytes(), st.kind);
 }
 
 inline error_context step_executor::context(schedule::step_id id) const {
