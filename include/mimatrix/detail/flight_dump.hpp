@@ -3,6 +3,7 @@
 // under a lock that calls take.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -69,7 +70,8 @@ inline void write_flight_entry(std::FILE* f, const flight_entry& e) {
 /// Throws `invalid_argument` naming the rank when `path` cannot be written.
 inline void write_flight_dump(const std::string& path, const flight_member& who, const flight_snapshot& snap,
                               std::string_view reason) {
-  const std::string temporary = path + ".part" + std::to_string(::getpid());
+  static std::atomic<unsigned> dumps{0};  // two threads may dump one communicator at once
+  const std::string temporary = path + ".part" + std::to_string(::getpid()) + "." + std::to_string(dumps++);
   std::FILE* f = std::fopen(temporary.c_str(), "w");
   if (!f)
     throw error(errc::invalid_argument, "rank " + std::to_string(who.world_rank) +

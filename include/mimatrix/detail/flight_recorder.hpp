@@ -1,6 +1,6 @@
 // A communicator's flight record with who it belongs to, and the three ways it is dumped:
 // on request (communicator::dump_flight_record), on the signal (flight_signal.hpp), and
-// once by itself when a call times out, is aborted or loses a peer.
+// once by itself when a call times out, is aborted, loses a peer or finds a mismatch.
 #pragma once
 
 #include <atomic>
@@ -39,12 +39,15 @@ class flight_recorder {
     return to;
   }
 
-  /// A call ended with `ec`: the first timeout, abort or lost peer of this communicator
-  /// dumps (the later ones are the same hang's echoes).
+  /// A call ended with `ec`: the first timeout, abort, lost peer or mismatch of this
+  /// communicator dumps (the later ones are the same hang's echoes).
   void call_failed(const std::error_code& ec) {
-    const bool hang = ec == errc::timeout || ec == errc::aborted || ec == errc::peer_lost;
+    const bool hang = ec == errc::timeout || ec == errc::aborted || ec == errc::peer_lost || ec == errc::mismatch;
     if (!hang || dumped_on_failure_.exchange(true)) return;
-    dump_quietly(ec == errc::timeout ? "timeout" : ec == errc::aborted ? "aborted" : "peer_lost");
+    dump_quietly(ec == errc::timeout   ? "timeout"
+                 : ec == errc::aborted ? "aborted"
+                 : ec == errc::mismatch ? "mismatch"
+                                        : "peer_lost");
   }
 
  private:

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -229,8 +228,7 @@ class step_executor : public execution {
   /// Every step done, only work queued on the rank's stream left: no peer holds the call.
   bool device_work_only() const { return completed_ == plan_->steps.size() && device_ && device_->working(); }
   void check_time();
-  /// The stuck step into the flight record's note, if it watches (only on the stall path).
-  void note_stall() const;
+  void note_stall() const;  // the stuck step into watch_stalls()' note (stall path only)
 
   // What every round reads comes first, together (with execution's and mem_, two cache
   // lines); the call's clock, which only a call that waits long reads, is kept in the
