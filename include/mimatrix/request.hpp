@@ -22,10 +22,13 @@ class [[nodiscard]] request {
  public:
   request() = default;
   /// `sequence`: the call's number on its communicator (sequence()).
-  request(std::unique_ptr<detail::operation> op, std::uint64_t sequence) : op_(op.release()), sequence_(sequence) {}
+  /// `observer` (the flight record) hears of the call's end.
+  request(std::unique_ptr<detail::operation> op, std::uint64_t sequence, detail::call_observer* observer = nullptr)
+      : op_(op.release()), sequence_(sequence), observer_(observer) {}
   request(request&& other) noexcept
       : op_(std::move(other.op_)),
         sequence_(other.sequence_),
+        observer_(other.observer_),
         failed_(std::exchange(other.failed_, {})),
         last_message_(std::move(other.last_message_)) {}
   request& operator=(request&& other) noexcept {
@@ -33,6 +36,7 @@ class [[nodiscard]] request {
       finish_quietly();
       op_ = std::move(other.op_);
       sequence_ = other.sequence_;
+      observer_ = other.observer_;
       failed_ = std::exchange(other.failed_, {});
       last_message_ = std::move(other.last_message_);
     }
@@ -81,6 +85,7 @@ class [[nodiscard]] request {
 
  private:
   void release(const std::error_code& ec) {
+    if (observer_) observer_->call_ended(sequence_, ec, *op_);
     if (ec) last_message_ = detail::message_of(*op_);
     failed_ = ec;
     op_.reset();
@@ -91,6 +96,7 @@ class [[nodiscard]] request {
     if (!op_) return;
     std::error_code ec;
     detail::wait_operation(*op_, ec);
+    if (observer_) observer_->call_ended(sequence_, ec, *op_);
     if (ec) {
       const std::string line = "mimatrix WARN a request dropped without wait() failed: " + detail::message_of(*op_) + "\n";
       std::fwrite(line.data(), 1, line.size(), stderr);
@@ -100,6 +106,7 @@ class [[nodiscard]] request {
 
   std::unique_ptr<detail::operation, detail::operation_deleter> op_;  // out of line: operation.hpp
   std::uint64_t sequence_ = 0;
+  detail::call_observer* observer_ = nullptr;  // the communicator's, which outlives its calls
   std::error_code failed_;  // kept: reported by every later wait() and test()
   std::string last_message_;
 };

@@ -2,6 +2,7 @@
 // between the collectives above and the transports below.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <system_error>
 
@@ -11,6 +12,18 @@ namespace mimatrix {
 
 namespace detail {
 struct flight_stall_note;
+class operation;
+
+/// Told of each call's end by its request (the flight record): a virtual call only where
+/// one watches.
+class call_observer {
+ public:
+  /// Call `sequence` ended with `ec` (its message in `op`), seen by test() or wait().
+  virtual void call_ended(std::uint64_t sequence, const std::error_code& ec, const operation& op) noexcept = 0;
+
+ protected:
+  ~call_observer() = default;
+};
 
 /// What a transport runs for one collective call.
 class operation {

@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <system_error>
+#include <time.h>
 #include <vector>
 
 #include "mimatrix/core/dtype.hpp"
@@ -24,10 +27,10 @@ namespace mimatrix::detail {
 /// at its first check after ended_check_interval of waiting, and when it fails). Relaxed
 /// atomics: a dump may read one field of a newer note than another, never a torn field.
 struct flight_stall_note {
-  std::atomic<std::int64_t> step{-1};  // -1: no stall seen
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::int32_t> step{-1};  // -1: no stall seen
   std::atomic<std::int32_t> peer{-1};
   std::atomic<std::uint32_t> tag{0};
-  std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint8_t> kind{0};  // schedule::step_kind
 
   void note(std::int64_t at, int from, std::uint32_t with_tag, std::uint64_t size, schedule::step_kind k) {
@@ -35,7 +38,7 @@ struct flight_stall_note {
     tag.store(with_tag, std::memory_order_relaxed);
     bytes.store(size, std::memory_order_relaxed);
     kind.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
-    step.store(at, std::memory_order_release);
+    step.store(static_cast<std::int32_t>(at), std::memory_order_release);
   }
 };
 
@@ -53,47 +56,50 @@ constexpr std::string_view to_string(flight_path p) {
   return p == flight_path::host ? "host" : p == flight_path::device ? "device" : "staged";
 }
 
-/// One call. Trivially copyable, fixed size: the ring never allocates on the steady path.
-struct flight_entry {
+/// What a call's start writes: small and trivially copyable, so that the ring's slot of
+/// a call is two cache lines (the slot of each new call is a line the cache lost).
+struct flight_start {
   std::uint64_t sequence = 0;
   std::uint64_t in_count = 0, out_count = 0;
-  std::int64_t started_ns = 0, ended_ns = 0;  // wall clock, since the epoch; ended: 0 while in flight
+  std::int64_t started_ns = 0;  // wall clock, since the epoch
   std::uint32_t tag = 0;
   std::int32_t root = -1;  // broadcast's; -1 for the others
   schedule::collective kind = schedule::collective::allreduce;
   reduce::op_kind op = reduce::op_kind::sum;
   dtype type = dtype::float32;
-  flight_state state = flight_state::started;
   flight_path path = flight_path::host;
   bool barrier = false;
-  bool lowered = false;   // ran the one-sided steps lowered to two-sided ones
-  int error = 0;          // errc, when failed
-  char algorithm[24] = {};
-  char message[160] = {};  // the failure's, cut
-  // The stalled step, copied from the call's note by snapshot(); step -1: none seen.
+  bool lowered = false;  // ran the one-sided steps lowered to two-sided ones
+  char algorithm[22] = {};
+};
+
+/// One call, as a snapshot holds it.
+struct flight_entry : flight_start {
+  std::int64_t ended_ns = 0;  // 0 while in flight
+  flight_state state = flight_state::started;
+  int error = 0;  // errc, when failed
+  // The stalled step, from the call's note; step -1: none seen.
   std::int64_t stall_step = -1;
   std::int32_t stall_peer = -1;
   std::uint32_t stall_tag = 0;
   std::uint64_t stall_bytes = 0;
   schedule::step_kind stall_kind = schedule::step_kind::send;
-};
-
-/// What a call's start writes: the entry, less its times and state.
-struct flight_call {
-  flight_entry entry;
-  const flight_stall_note* note = nullptr;  // the call's, while it is in flight
+  std::string message;  // the failure's
 };
 
 /// Every entry at one moment, oldest first.
 struct flight_snapshot {
   std::vector<flight_entry> calls;
-  std::uint64_t recorded = 0;  // calls ever started; more than calls.size() when the ring wrapped
+  std::uint64_t recorded = 0;  // calls started
   std::size_t capacity = 0;
 };
 
+/// The wall clock, coarse (CLOCK_REALTIME_COARSE: the kernel's last tick, 1 to 4 ms): a
+/// precise read costs a tenth of a small call on a VM, and a hang is seconds long.
 inline std::int64_t wall_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  timespec t{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &t);
+  return std::int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
 /// Copies `from` into `to`, cut to fit and always terminated.
@@ -104,92 +110,114 @@ void copy_cut(char (&to)[N], std::string_view from) {
   to[n] = '\0';
 }
 
+/// A call's slot of the ring: what its start wrote, under a sequence lock (one writer: the
+/// thread that starts the communicator's calls), and its end and stall as atomics, which
+/// other threads write (the one that sees it end; its executor's).
+struct alignas(64) flight_slot {
+  std::atomic<std::uint32_t> version{0};  // odd while the start is written
+  std::atomic<flight_state> state{flight_state::started};
+  std::atomic<int> error{0};
+  std::atomic<std::uint64_t> owner{~0ull};  // the sequence whose end and stall count here
+  std::atomic<std::int64_t> ended_ns{0};
+  flight_start start;
+  flight_stall_note stall;
+};
+static_assert(sizeof(flight_slot) == 128, "a slot is two cache lines");
+
 /// @par Thread Safety
-/// Every member from any thread: one short lock around each write and each snapshot (a
-/// dump copies under it and writes the file after, so calls never wait for a disk).
+/// start() from the thread that starts the communicator's calls (one at a time, as
+/// communicator_state::take_sequence enforces); finish(), snapshot() and the stall notes
+/// from any thread. No lock on the call path: a snapshot retries a slot being rewritten.
 class flight_record {
  public:
-  explicit flight_record(std::size_t capacity) : ring_(std::max<std::size_t>(capacity, 1)), notes_(ring_.size()) {}
+  explicit flight_record(std::size_t capacity) : ring_(std::max<std::size_t>(capacity, 1)) {}
 
-  /// The call took its slot: a handle that finish() gives back.
-  struct slot {
-    std::size_t index = 0;
-    std::uint64_t sequence = 0;
-  };
-
-  slot start(const flight_entry& e, const flight_stall_note* note) {
-    const std::int64_t now = wall_now_ns();
-    std::lock_guard lock(mutex_);
-    const std::size_t at = std::size_t(recorded_++ % ring_.size());
-    ring_[at] = e;
-    ring_[at].started_ns = now;
-    notes_[at] = note;
-    return {at, e.sequence};
+  /// Enters call `e` (its times and state aside); returns the note its executor writes
+  /// where it stalls.
+  flight_stall_note* start(const flight_start& e) {
+    flight_slot& s = ring_[e.sequence % ring_.size()];
+    const std::uint32_t v = s.version.load(std::memory_order_relaxed);
+    s.version.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    s.owner.store(e.sequence, std::memory_order_relaxed);
+    s.state.store(flight_state::started, std::memory_order_relaxed);
+    s.stall.step.store(-1, std::memory_order_relaxed);
+    s.start = e;
+    s.start.started_ns = wall_now_ns();
+    s.version.store(v + 2, std::memory_order_release);
+    if (e.sequence + 1 > recorded_.load(std::memory_order_relaxed))
+      recorded_.store(e.sequence + 1, std::memory_order_relaxed);
+    return &s.stall;
   }
 
-  /// Ends the call in `s` (unless a later call took its slot): completed, or failed with
-  /// `ec` and `message`. The call's note is read here a last time, then let go of.
-  void finish(slot s, const std::error_code& ec, std::string_view message) {
-    const std::int64_t now = wall_now_ns();
-    std::lock_guard lock(mutex_);
-    flight_entry& e = ring_[s.index];
-    if (e.sequence != s.sequence || e.state != flight_state::started) return;
-    e.ended_ns = now;
-    e.state = ec ? flight_state::failed : flight_state::completed;
+  /// Ends call `sequence` (unless a later call took its slot): completed, or failed with
+  /// `ec` and `message`.
+  void finish(std::uint64_t sequence, const std::error_code& ec, std::string_view message) {
+    flight_slot& s = ring_[sequence % ring_.size()];
+    if (s.owner.load(std::memory_order_relaxed) != sequence) return;
+    s.ended_ns.store(wall_now_ns(), std::memory_order_relaxed);
     if (ec) {
-      e.error = ec.value();
-      copy_cut(e.message, message);
+      s.error.store(ec.value(), std::memory_order_relaxed);
+      std::lock_guard lock(failures_mutex_);  // failures only: the message is a string
+      failures_.push_back({sequence, std::string(message)});
+      if (failures_.size() > 16) failures_.erase(failures_.begin());
     }
-    copy_note(s.index);
-    notes_[s.index] = nullptr;
-  }
-
-  /// The call in `s` is let go of unfinished (its request dropped by an exception): its
-  /// note goes with it.
-  void release(slot s) {
-    std::lock_guard lock(mutex_);
-    if (ring_[s.index].sequence != s.sequence) return;
-    copy_note(s.index);
-    notes_[s.index] = nullptr;
+    s.state.store(ec ? flight_state::failed : flight_state::completed, std::memory_order_release);
   }
 
   flight_snapshot snapshot() const {
     flight_snapshot out;
     out.capacity = ring_.size();
-    std::lock_guard lock(mutex_);
-    const std::size_t n = std::size_t(std::min<std::uint64_t>(recorded_, ring_.size()));
-    out.recorded = recorded_;
-    out.calls.resize(n);
-    const std::size_t first = std::size_t((recorded_ - n) % ring_.size());
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t at = (first + k) % ring_.size();
-      copy_note(at);
-      out.calls[k] = ring_[at];
+    out.recorded = recorded_.load(std::memory_order_relaxed);
+    const std::uint64_t first = out.recorded > ring_.size() ? out.recorded - ring_.size() : 0;
+    for (const flight_slot& s : ring_) {
+      flight_entry e;
+      if (!read_start(s, e) || e.sequence < first) continue;
+      if (s.owner.load(std::memory_order_relaxed) == e.sequence) {
+        e.state = s.state.load(std::memory_order_acquire);
+        if (e.state != flight_state::started) e.ended_ns = s.ended_ns.load(std::memory_order_relaxed);
+        if (e.state == flight_state::failed) e.error = s.error.load(std::memory_order_relaxed);
+        copy_note(s.stall, e);
+      }
+      out.calls.push_back(std::move(e));
     }
+    std::sort(out.calls.begin(), out.calls.end(),
+              [](const flight_entry& a, const flight_entry& b) { return a.sequence < b.sequence; });
+    std::lock_guard lock(failures_mutex_);
+    for (flight_entry& e : out.calls)
+      for (const auto& [sequence, message] : failures_)
+        if (sequence == e.sequence) e.message = message;
     return out;
   }
 
   std::size_t capacity() const { return ring_.size(); }
 
  private:
-  /// The note's step into the entry; under mutex_. Mutable state: a snapshot refreshes it.
-  void copy_note(std::size_t at) const {
-    const flight_stall_note* n = notes_[at];
-    if (!n) return;
-    const std::int64_t step = n->step.load(std::memory_order_acquire);
+  /// The start of `s` into `e`; false if none was written yet. Retries while it is rewritten.
+  static bool read_start(const flight_slot& s, flight_entry& e) {
+    for (;;) {
+      const std::uint32_t before = s.version.load(std::memory_order_acquire);
+      if (before == 0) return false;
+      if (before & 1) continue;
+      static_cast<flight_start&>(e) = s.start;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (s.version.load(std::memory_order_relaxed) == before) return true;
+    }
+  }
+  static void copy_note(const flight_stall_note& n, flight_entry& e) {
+    const std::int64_t step = n.step.load(std::memory_order_acquire);
     if (step < 0) return;
-    flight_entry& e = ring_[at];
     e.stall_step = step;
-    e.stall_peer = n->peer.load(std::memory_order_relaxed);
-    e.stall_tag = n->tag.load(std::memory_order_relaxed);
-    e.stall_bytes = n->bytes.load(std::memory_order_relaxed);
-    e.stall_kind = static_cast<schedule::step_kind>(n->kind.load(std::memory_order_relaxed));
+    e.stall_peer = n.peer.load(std::memory_order_relaxed);
+    e.stall_tag = n.tag.load(std::memory_order_relaxed);
+    e.stall_bytes = n.bytes.load(std::memory_order_relaxed);
+    e.stall_kind = static_cast<schedule::step_kind>(n.kind.load(std::memory_order_relaxed));
   }
 
-  mutable std::mutex mutex_;
-  mutable std::vector<flight_entry> ring_;
-  std::vector<const flight_stall_note*> notes_;  // of the calls in flight, by slot
-  std::uint64_t recorded_ = 0;
+  std::vector<flight_slot> ring_;
+  std::atomic<std::uint64_t> recorded_{0};
+  mutable std::mutex failures_mutex_;
+  std::vector<std::pair<std::uint64_t, std::string>> failures_;  // the last 16 failures' messages
 };
 
 }  // namespace mimatrix::detail

@@ -11,6 +11,7 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/log.hpp"
+#include "mimatrix/core/operation.hpp"
 #include "mimatrix/detail/flight_dump.hpp"
 #include "mimatrix/detail/flight_record.hpp"
 #include "mimatrix/detail/flight_signal.hpp"
@@ -19,7 +20,7 @@ namespace mimatrix::detail {
 
 /// @par Thread Safety
 /// Every member from any thread.
-class flight_recorder {
+class flight_recorder final : public call_observer {
  public:
   flight_recorder(std::size_t capacity, flight_member who, int signal) : record_(capacity), who_(std::move(who)) {
     flight_signal::process().add(this, [this] { dump_quietly("signal"); }, signal);
@@ -37,6 +38,11 @@ class flight_recorder {
     const std::string to = path.empty() ? flight_path(who_) : path;
     write_flight_dump(to, who_, record_.snapshot(), reason);
     return to;
+  }
+
+  void call_ended(std::uint64_t sequence, const std::error_code& ec, const operation& op) noexcept override {
+    record_.finish(sequence, ec, ec ? std::string_view(message_of(op)) : std::string_view());
+    if (ec) call_failed(ec);
   }
 
   /// A call ended with `ec`: the first timeout, abort, lost peer or mismatch of this

@@ -1,5 +1,5 @@
 // A call whose end is recorded: wraps the transport's operation when the communicator has
-// a call hook (or MIMATRIX_TIMELINE) or a flight record, so calls without pay nothing.
+// a call hook (or MIMATRIX_TIMELINE), so calls without one pay nothing.
 #pragma once
 
 #include <atomic>
@@ -15,35 +15,14 @@
 #include "mimatrix/call_record.hpp"
 #include "mimatrix/core/log.hpp"
 #include "mimatrix/core/operation.hpp"
-#include "mimatrix/detail/flight_recorder.hpp"
 
 namespace mimatrix::detail {
 
 class recorded_operation final : public operation {
  public:
-  /// `hooks` and `flight` belong to the communicator, which outlives its calls. The call
-  /// is in `flight`'s record from here (start_in_flight), its operation comes after
-  /// (adopt): a launch that hangs or throws is recorded too.
-  recorded_operation(call_record record, const std::vector<call_hook>& hooks, flight_recorder* flight)
-      : record_(std::move(record)), hooks_(hooks), flight_(flight) {}
-  ~recorded_operation() override {
-    if (flight_ && !finished_) flight_->record().release(slot_);
-  }
-
-  /// Enters the call in the flight record.
-  void start_in_flight(const flight_entry& e) {
-    if (flight_) slot_ = flight_->record().start(e, &stall_);
-  }
-  /// The transport's operation, which notes where it stalls in the flight record.
-  void adopt(std::unique_ptr<operation> inner) {
-    inner_ = std::move(inner);
-    if (flight_) inner_->watch_stalls(&stall_);
-  }
-  /// The launch threw `e`: the flight record says so.
-  void launch_failed(const error& e) {
-    finished_ = true;
-    if (flight_) flight_->record().finish(slot_, e.code(), e.what());
-  }
+  /// `hooks` belong to the communicator, which outlives its calls.
+  recorded_operation(std::unique_ptr<operation> inner, call_record record, const std::vector<call_hook>& hooks)
+      : inner_(std::move(inner)), record_(std::move(record)), hooks_(hooks) {}
 
   bool test(std::error_code& ec) override {
     const bool done = inner_->test(ec);
@@ -56,16 +35,10 @@ class recorded_operation final : public operation {
   }
   const std::string& message() const override { return inner_->message(); }
   int last_peer() const override { return inner_->last_peer(); }
-  void watch_stalls(flight_stall_note* note) override { inner_->watch_stalls(note); }
 
  private:
   void finish(const std::error_code& ec) noexcept {
     if (std::exchange(finished_, true)) return;
-    if (flight_) {
-      flight_->record().finish(slot_, ec, ec ? std::string_view(inner_->message()) : std::string_view());
-      if (ec) flight_->call_failed(ec);
-    }
-    if (hooks_.empty()) return;
     record_.end = std::chrono::steady_clock::now();
     record_.error = ec;
     record_.waited_on = inner_->last_peer();
@@ -92,12 +65,9 @@ class recorded_operation final : public operation {
       log(log_level::warn, line);
   }
 
-  flight_stall_note stall_;  // before inner_: the executor writes it until it is destroyed
   std::unique_ptr<operation> inner_;
   call_record record_;
   const std::vector<call_hook>& hooks_;
-  flight_recorder* flight_;
-  flight_record::slot slot_{};
   bool finished_ = false;
 };
 

@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include "mimatrix/core/options.hpp"
@@ -16,8 +18,8 @@
 namespace mimatrix::detail {
 namespace MIMATRIX_UNIT_ID {
 
-flight_entry call(std::uint64_t sequence) {
-  flight_entry e;
+flight_start call(std::uint64_t sequence) {
+  flight_start e;
   e.sequence = sequence;
   e.in_count = e.out_count = 8;
   e.type = dtype::int32;
@@ -27,11 +29,10 @@ flight_entry call(std::uint64_t sequence) {
 
 TEST(flight_record, keeps_the_last_calls_oldest_first_and_their_ends) {
   flight_record record(3);
-  flight_record::slot slots[5];
-  for (std::uint64_t s = 0; s < 5; ++s) slots[s] = record.start(call(s), nullptr);
-  record.finish(slots[3], {}, {});
-  record.finish(slots[4], make_error_code(errc::timeout), "rank 0: timed out");
-  record.finish(slots[0], {}, {});  // its slot is another call's now: nothing changes
+  for (std::uint64_t s = 0; s < 5; ++s) (void)record.start(call(s));
+  record.finish(3, {}, {});
+  record.finish(4, make_error_code(errc::timeout), "rank 0: timed out");
+  record.finish(0, {}, {});  // its slot is call 3's now: nothing changes
   const flight_snapshot snap = record.snapshot();
   ASSERT_EQ(snap.calls.size(), 3u);
   EXPECT_EQ(snap.recorded, 5u);
@@ -39,33 +40,46 @@ TEST(flight_record, keeps_the_last_calls_oldest_first_and_their_ends) {
   EXPECT_EQ(snap.calls[0].state, flight_state::started);
   EXPECT_EQ(snap.calls[1].state, flight_state::completed);
   EXPECT_EQ(snap.calls[2].state, flight_state::failed);
-  EXPECT_STREQ(snap.calls[2].message, "rank 0: timed out");
+  EXPECT_EQ(snap.calls[2].message, "rank 0: timed out");
   EXPECT_GE(snap.calls[2].ended_ns, snap.calls[2].started_ns);
+  EXPECT_STREQ(snap.calls[2].algorithm, "ring");
 }
 
-TEST(flight_record, a_stall_note_reaches_the_call_in_flight_and_stays_after_its_end) {
+TEST(flight_record, a_stall_note_reaches_the_call_in_flight) {
   flight_record record(4);
-  flight_stall_note note;
-  const auto slot = record.start(call(7), &note);
+  flight_stall_note* note = record.start(call(7));
   EXPECT_EQ(record.snapshot().calls[0].stall_step, -1);
-  note.note(3, 2, 5, 64, schedule::step_kind::recv);
-  flight_entry e = record.snapshot().calls[0];
+  note->note(3, 2, 5, 64, schedule::step_kind::recv);
+  const flight_entry e = record.snapshot().calls[0];
   EXPECT_EQ(e.stall_step, 3);
   EXPECT_EQ(e.stall_peer, 2);
   EXPECT_EQ(e.stall_tag, 5u);
   EXPECT_EQ(e.stall_bytes, 64u);
-  record.finish(slot, make_error_code(errc::timeout), "late");
-  note.note(4, 1, 0, 0, schedule::step_kind::send);  // let go of: read no more
-  e = record.snapshot().calls[0];
-  EXPECT_EQ(e.stall_step, 3);
+  (void)record.start(call(11));  // the same slot, another call: the note starts afresh
+  EXPECT_EQ(record.snapshot().calls[0].stall_step, -1);
+}
+
+TEST(flight_record, a_snapshot_while_calls_start_and_end_sees_whole_entries) {
+  flight_record record(8);
+  std::atomic<bool> done{false};
+  std::thread calls([&] {
+    for (std::uint64_t s = 0; s < 20000; ++s) {
+      flight_start e = call(s);
+      e.in_count = e.out_count = s;
+      (void)record.start(e);
+      record.finish(s, {}, {});
+    }
+    done = true;
+  });
+  while (!done)
+    for (const flight_entry& e : record.snapshot().calls) ASSERT_EQ(e.in_count, e.sequence);
+  calls.join();
 }
 
 TEST(flight_record, a_dump_names_group_rank_and_every_call) {
   flight_recorder recorder(8, flight_member{"world/0", 3, 1, 4}, 0);
-  flight_stall_note note;
-  recorder.record().start(call(0), nullptr);
-  recorder.record().start(call(1), &note);
-  note.note(2, 0, 9, 32, schedule::step_kind::recv_reduce);
+  (void)recorder.record().start(call(0));
+  recorder.record().start(call(1))->note(2, 0, 9, 32, schedule::step_kind::recv_reduce);
   const std::string path = "/tmp/flight_record_test." + std::to_string(::getpid()) + ".json";
   ASSERT_EQ(recorder.dump(path, "request"), path);
   std::ifstream in(path);

@@ -114,24 +114,15 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                       });
   };
   flight_recorder* const flight = e.comm.flight();
-  if (e.comm.call_hooks().empty() && !flight)
-    return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
+  const bool hooked = !e.comm.call_hooks().empty();
+  if (!hooked && !flight) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
   call_record r;
-  r.start = std::chrono::steady_clock::now();
+  if (hooked) r.start = std::chrono::steady_clock::now();
   const plan_set& plans = e.plan_for(desc, shared_device);
   auto plan = e.pick(plans, desc, stream);
-  r.algorithm = plan->algorithm;
-  r.kind = kind;
-  r.sequence = sig.sequence;
-  r.tag = tag;
-  r.barrier = barrier;
-  r.type = kernels.type;
-  r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
-  r.rank = t.rank;
-  r.size = t.size;
-  auto recorded = std::make_unique<recorded_operation>(std::move(r), e.comm.call_hooks(), flight);
-  if (flight) {
-    flight_entry f;
+  flight_stall_note* note = nullptr;
+  if (flight) {  // entered before the launch: a launch that hangs or throws is recorded too
+    flight_start f;
     f.sequence = sig.sequence;
     f.in_count = in_count;
     f.out_count = out_count;
@@ -144,15 +135,29 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     f.barrier = barrier;
     f.lowered = plans.lowered && plan == plans.lowered;
     copy_cut(f.algorithm, plan->algorithm);
-    recorded->start_in_flight(f);
+    note = flight->record().start(f);
   }
+  if (hooked) r.algorithm = plan->algorithm;
+  std::unique_ptr<operation> op;
   try {
-    recorded->adopt(launch(std::move(plan)));
+    op = launch(std::move(plan));
   } catch (const error& failed) {
-    recorded->launch_failed(failed);
+    if (flight) flight->record().finish(sig.sequence, failed.code(), failed.what());
     throw;
   }
-  return request(std::move(recorded), sig.sequence);
+  if (note) op->watch_stalls(note);
+  if (hooked) {
+    r.kind = kind;
+    r.sequence = sig.sequence;
+    r.tag = tag;
+    r.barrier = barrier;
+    r.type = kernels.type;
+    r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
+    r.rank = t.rank;
+    r.size = t.size;
+    op = std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks());
+  }
+  return request(std::move(op), sig.sequence, flight);
 }
 
 MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule::descriptor& d, const void* in,
