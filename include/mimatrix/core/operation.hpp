@@ -10,8 +10,11 @@
 
 namespace mimatrix {
 
+namespace transport {
+struct stall_note;
+}
+
 namespace detail {
-struct flight_stall_note;
 class operation;
 
 /// Told of each call's end by its request (the flight record): a virtual call only where
@@ -39,7 +42,7 @@ class operation {
   virtual int last_peer() const { return -1; }
   /// Where the call stalls goes to `note` from now on (the flight record's; it outlives
   /// the operation). An operation that cannot tell ignores it.
-  virtual void watch_stalls(flight_stall_note* note) { (void)note; }
+  virtual void watch_stalls(transport::stall_note* note) { (void)note; }
 };
 
 /// What a request calls of its operation, out of line with separate compilation. Inline,

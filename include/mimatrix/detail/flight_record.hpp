@@ -20,27 +20,9 @@
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/transport/stall_note.hpp"
 
 namespace mimatrix::detail {
-
-/// The step a stalled call waits on, as its executor last saw it (only on the stall path:
-/// at its first check after ended_check_interval of waiting, and when it fails). Relaxed
-/// atomics: a dump may read one field of a newer note than another, never a torn field.
-struct flight_stall_note {
-  std::atomic<std::uint64_t> bytes{0};
-  std::atomic<std::int32_t> step{-1};  // -1: no stall seen
-  std::atomic<std::int32_t> peer{-1};
-  std::atomic<std::uint32_t> tag{0};
-  std::atomic<std::uint8_t> kind{0};  // schedule::step_kind
-
-  void note(std::int64_t at, int from, std::uint32_t with_tag, std::uint64_t size, schedule::step_kind k) {
-    peer.store(from, std::memory_order_relaxed);
-    tag.store(with_tag, std::memory_order_relaxed);
-    bytes.store(size, std::memory_order_relaxed);
-    kind.store(static_cast<std::uint8_t>(k), std::memory_order_relaxed);
-    step.store(static_cast<std::int32_t>(at), std::memory_order_release);
-  }
-};
 
 enum class flight_state : std::uint8_t { started, completed, failed };
 
@@ -120,7 +102,7 @@ struct alignas(64) flight_slot {
   std::atomic<std::uint64_t> owner{~0ull};  // the sequence whose end and stall count here
   std::atomic<std::int64_t> ended_ns{0};
   flight_start start;
-  flight_stall_note stall;
+  transport::stall_note stall;
 };
 static_assert(sizeof(flight_slot) == 128, "a slot is two cache lines");
 
@@ -134,7 +116,7 @@ class flight_record {
 
   /// Enters call `e` (its times and state aside); returns the note its executor writes
   /// where it stalls.
-  flight_stall_note* start(const flight_start& e) {
+  transport::stall_note* start(const flight_start& e) {
     flight_slot& s = ring_[e.sequence % ring_.size()];
     const std::uint32_t v = s.version.load(std::memory_order_relaxed);
     s.version.store(v + 1, std::memory_order_relaxed);
@@ -204,7 +186,7 @@ class flight_record {
       if (s.version.load(std::memory_order_relaxed) == before) return true;
     }
   }
-  static void copy_note(const flight_stall_note& n, flight_entry& e) {
+  static void copy_note(const transport::stall_note& n, flight_entry& e) {
     const std::int64_t step = n.step.load(std::memory_order_acquire);
     if (step < 0) return;
     e.stall_step = step;

@@ -22,12 +22,12 @@
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
 #include "mimatrix/transport/device_steps.hpp"
-#include "mimatrix/detail/flight_record.hpp"
 #include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/host_staging.hpp"
 #include "mimatrix/transport/host_steps.hpp"
 #include "mimatrix/transport/progress.hpp"
 #include "mimatrix/transport/shared_fate.hpp"
+#include "mimatrix/transport/stall_note.hpp"
 #include "mimatrix/transport/step_bookkeeping.hpp"
 
 namespace mimatrix::transport {
@@ -195,7 +195,7 @@ class step_executor : public execution {
   const signature& sig() const { return sig_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   int last_peer() const final { return last_peer_; }
-  void watch_stalls(mimatrix::detail::flight_stall_note* note) final { stall_note_.store(note, std::memory_order_release); }
+  void watch_stalls(stall_note* note) final { stall_note_.store(note, std::memory_order_release); }
   std::size_t flags_expected() const { return flags_expected_; }
   std::size_t flags_raised() const { return book_->flag_sources.size(); }
   error_context context(schedule::step_id id) const;
@@ -247,7 +247,7 @@ class step_executor : public execution {
   std::size_t flags_expected_ = 0;  // the sum of the waits' counts
   direct_collective* direct_ = nullptr;  // run_directly(); last, apart from what every round reads
   std::shared_ptr<shared_fate> fate_;    // share_fate(); read at posts and failures only
-  std::atomic<mimatrix::detail::flight_stall_note*> stall_note_{nullptr};  // watch_stalls(); stalls only
+  std::atomic<stall_note*> stall_note_{nullptr};  // watch_stalls(); stalls only
 };
 
 /// How often a stuck call asks whether a peer's process has ended: a killed peer on this

@@ -47,7 +47,7 @@ TEST(flight_record, keeps_the_last_calls_oldest_first_and_their_ends) {
 
 TEST(flight_record, a_stall_note_reaches_the_call_in_flight) {
   flight_record record(4);
-  flight_stall_note* note = record.start(call(7));
+  transport::stall_note* note = record.start(call(7));
   EXPECT_EQ(record.snapshot().calls[0].stall_step, -1);
   note->note(3, 2, 5, 64, schedule::step_kind::recv);
   const flight_entry e = record.snapshot().calls[0];

@@ -120,7 +120,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   if (hooked) r.start = std::chrono::steady_clock::now();
   const plan_set& plans = e.plan_for(desc, shared_device);
   auto plan = e.pick(plans, desc, stream);
-  flight_stall_note* note = nullptr;
+  transport::stall_note* note = nullptr;
   if (flight) {  // entered before the launch: a launch that hangs or throws is recorded too
     flight_start f;
     f.sequence = sig.sequence;

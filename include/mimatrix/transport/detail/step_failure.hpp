@@ -145,7 +145,7 @@ inline std::int64_t step_executor::stuck_step() const {
 }
 
 inline void step_executor::note_stall() const {
-  mimatrix::detail::flight_stall_note* note = stall_note_.load(std::memory_order_acquire);
+  stall_note* note = stall_note_.load(std::memory_order_acquire);
   if (!note) return;
   const std::int64_t at = stuck_step();
   if (at < 0) return;
