@@ -53,7 +53,8 @@ inline void write_flight_entry(std::FILE* f, const flight_entry& e) {
                static_cast<unsigned long long>(e.out_count), e.root, json_escaped(e.algorithm).c_str(),
                std::string(to_string(e.path)).c_str(), e.lowered ? "true" : "false",
                std::string(to_string(e.state)).c_str(), flight_us(e.started_ns));
-  if (e.state != flight_state::started) std::fprintf(f, ", \"ended_us\": %lld", flight_us(e.ended_ns));
+  if (e.state == flight_state::failed) std::fprintf(f, ", \"ended_us\": %lld", flight_us(e.ended_ns));
+  if (e.state == flight_state::completed) std::fprintf(f, ", \"completed_by_us\": %lld", flight_us(e.ended_ns));
   if (e.state == flight_state::failed)
     std::fprintf(f, ", \"error\": \"%s\", \"message\": \"%s\"",
                  json_escaped(make_error_code(static_cast<errc>(e.error)).message()).c_str(),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -57,7 +58,9 @@ struct flight_start {
 
 /// One call, as a snapshot holds it.
 struct flight_entry : flight_start {
-  std::int64_t ended_ns = 0;  // 0 while in flight
+  /// Failed: when its failure was seen; completed: an upper bound, the next call's start
+  /// (or the snapshot's time); 0 while in flight.
+  std::int64_t ended_ns = 0;
   flight_state state = flight_state::started;
   int error = 0;  // errc, when failed
   // The stalled step, from the call's note; step -1: none seen.
@@ -112,12 +115,15 @@ static_assert(sizeof(flight_slot) == 128, "a slot is two cache lines");
 /// from any thread. No lock on the call path: a snapshot retries a slot being rewritten.
 class flight_record {
  public:
-  explicit flight_record(std::size_t capacity) : ring_(std::max<std::size_t>(capacity, 1)) {}
+  /// Keeps the last `capacity` calls, rounded up to a power of two (a mask, not a division,
+  /// finds a call's slot: a 64-bit division is a tenth of the record's cost).
+  explicit flight_record(std::size_t capacity)
+      : ring_(std::bit_ceil(std::max<std::size_t>(capacity, 1))), mask_(ring_.size() - 1) {}
 
   /// Enters call `e` (its times and state aside); returns the note its executor writes
   /// where it stalls.
   transport::stall_note* start(const flight_start& e) {
-    flight_slot& s = ring_[e.sequence % ring_.size()];
+    flight_slot& s = ring_[e.sequence & mask_];
     const std::uint32_t v = s.version.load(std::memory_order_relaxed);
     s.version.store(v + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
@@ -135,10 +141,10 @@ class flight_record {
   /// Ends call `sequence` (unless a later call took its slot): completed, or failed with
   /// `ec` and `message`.
   void finish(std::uint64_t sequence, const std::error_code& ec, std::string_view message) {
-    flight_slot& s = ring_[sequence % ring_.size()];
+    flight_slot& s = ring_[sequence & mask_];
     if (s.owner.load(std::memory_order_relaxed) != sequence) return;
-    s.ended_ns.store(wall_now_ns(), std::memory_order_relaxed);
     if (ec) {
+      s.ended_ns.store(wall_now_ns(), std::memory_order_relaxed);
       s.error.store(ec.value(), std::memory_order_relaxed);
       std::lock_guard lock(failures_mutex_);  // failures only: the message is a string
       failures_.push_back({sequence, std::string(message)});
@@ -157,7 +163,7 @@ class flight_record {
       if (!read_start(s, e) || e.sequence < first) continue;
       if (s.owner.load(std::memory_order_relaxed) == e.sequence) {
         e.state = s.state.load(std::memory_order_acquire);
-        if (e.state != flight_state::started) e.ended_ns = s.ended_ns.load(std::memory_order_relaxed);
+        if (e.state == flight_state::failed) e.ended_ns = s.ended_ns.load(std::memory_order_relaxed);
         if (e.state == flight_state::failed) e.error = s.error.load(std::memory_order_relaxed);
         copy_note(s.stall, e);
       }
@@ -165,6 +171,12 @@ class flight_record {
     }
     std::sort(out.calls.begin(), out.calls.end(),
               [](const flight_entry& a, const flight_entry& b) { return a.sequence < b.sequence; });
+    // A completed call's end is not read (the clock would be a second read a call): it
+    // ended by the next call's start, or by now.
+    const std::int64_t now = wall_now_ns();
+    for (std::size_t k = 0; k < out.calls.size(); ++k)
+      if (out.calls[k].state == flight_state::completed)
+        out.calls[k].ended_ns = k + 1 < out.calls.size() ? out.calls[k + 1].started_ns : now;
     std::lock_guard lock(failures_mutex_);
     for (flight_entry& e : out.calls)
       for (const auto& [sequence, message] : failures_)
@@ -197,6 +209,7 @@ class flight_record {
   }
 
   std::vector<flight_slot> ring_;
+  std::uint64_t mask_;
   std::atomic<std::uint64_t> recorded_{0};
   mutable std::mutex failures_mutex_;
   std::vector<std::pair<std::uint64_t, std::string>> failures_;  // the last 16 failures' messages

@@ -28,21 +28,24 @@ flight_start call(std::uint64_t sequence) {
 }
 
 TEST(flight_record, keeps_the_last_calls_oldest_first_and_their_ends) {
-  flight_record record(3);
-  for (std::uint64_t s = 0; s < 5; ++s) (void)record.start(call(s));
-  record.finish(3, {}, {});
-  record.finish(4, make_error_code(errc::timeout), "rank 0: timed out");
-  record.finish(0, {}, {});  // its slot is call 3's now: nothing changes
+  flight_record record(3);  // rounded up to 4
+  EXPECT_EQ(record.capacity(), 4u);
+  for (std::uint64_t s = 0; s < 6; ++s) (void)record.start(call(s));
+  record.finish(4, {}, {});
+  record.finish(5, make_error_code(errc::timeout), "rank 0: timed out");
+  record.finish(0, {}, {});  // its slot is call 4's now: nothing changes
   const flight_snapshot snap = record.snapshot();
-  ASSERT_EQ(snap.calls.size(), 3u);
-  EXPECT_EQ(snap.recorded, 5u);
+  ASSERT_EQ(snap.calls.size(), 4u);
+  EXPECT_EQ(snap.recorded, 6u);
   EXPECT_EQ(snap.calls[0].sequence, 2u);
   EXPECT_EQ(snap.calls[0].state, flight_state::started);
-  EXPECT_EQ(snap.calls[1].state, flight_state::completed);
-  EXPECT_EQ(snap.calls[2].state, flight_state::failed);
-  EXPECT_EQ(snap.calls[2].message, "rank 0: timed out");
-  EXPECT_GE(snap.calls[2].ended_ns, snap.calls[2].started_ns);
-  EXPECT_STREQ(snap.calls[2].algorithm, "ring");
+  EXPECT_EQ(snap.calls[1].state, flight_state::started);
+  EXPECT_EQ(snap.calls[2].state, flight_state::completed);
+  EXPECT_EQ(snap.calls[2].ended_ns, snap.calls[3].started_ns) << "completed by the next call's start";
+  EXPECT_EQ(snap.calls[3].state, flight_state::failed);
+  EXPECT_EQ(snap.calls[3].message, "rank 0: timed out");
+  EXPECT_GE(snap.calls[3].ended_ns, snap.calls[3].started_ns);
+  EXPECT_STREQ(snap.calls[3].algorithm, "ring");
 }
 
 TEST(flight_record, a_stall_note_reaches_the_call_in_flight) {
