@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,38 +65,44 @@ MIMATRIX_SCENARIO(flight_rank_never_calls) {
   return 0;
 }
 
-// Rank 2 starts call #1 and then neither tests nor waits (a rank stopped mid-call); the
-// signal dumps it, and it leaves without its call's end, as a killed rank would. Every
-// rank starts the call alike, through collectives<> (another interface's topology would
-// be a mismatch).
+// Rank 2 starts call #1 and then neither tests nor waits (a rank stopped mid-call, busy
+// outside mimatrix: only the API, from any of its threads, dumps it). The others, stuck in
+// wait(), are sent SIGUSR1 a second in: their dump (copied to signal.rank<r>.json before
+// their timeout's own replaces it) shows the call started and the step it waits on.
+// Every rank starts the call alike, through collectives<> with the ring (another
+// interface's topology would be a mismatch; the ring's later sends wait for receives).
 MIMATRIX_SCENARIO(flight_rank_stopped_mid_call) {
   communicator<fabric> comm;
   first_call(comm);
   collectives<fabric> on(comm);
   std::vector<std::int64_t> v(1000, 1);
-  call_options ring;  // its later sends wait for its receives: rank 2's peers wait on it
+  call_options ring;
   ring.algorithm = "ring";
-  const auto started = std::chrono::steady_clock::now();
   request pending = on.allreduce(v.data(), v.data(), v.size(), dtype::int64, reduce::op_kind::sum, ring);
-  if (comm.rank() != 2) {
-    try {
-      pending.wait();
-      std::printf("rank %d: the call succeeded\n", comm.rank());
-    } catch (const error& e) {
-      std::printf("rank %d: %s\n", comm.rank(), e.what());
-    }
-    // Rank 2's sends went out at its start: a peer may have finished. As a user would, the
-    // signal then dumps every rank (a timed-out one dumped itself already).
-    std::this_thread::sleep_until(started + past_the_deadline);
-    ::raise(SIGUSR1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    return 0;
+  if (comm.rank() == 2) {
+    std::this_thread::sleep_for(past_the_deadline);
+    std::printf("DUMPED %s\n", comm.dump_flight_record().c_str());
+    std::fflush(stdout);
+    std::_Exit(0);  // the request's end would fail the call and dump again
   }
-  std::this_thread::sleep_for(past_the_deadline);
-  ::raise(SIGUSR1);  // the watcher thread writes the dump
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::fflush(stdout);
-  std::_Exit(0);  // the request's end would fail the call and dump again
+  std::thread user([&] {
+    std::this_thread::sleep_for(deadline / 2);
+    ::raise(SIGUSR1);
+    const std::filesystem::path dir = std::getenv("MIMATRIX_FLIGHT_RECORD_DIR");
+    const auto dump = dir / ("flight.world-0.rank" + std::to_string(comm.rank()) + ".json");
+    for (int k = 0; k < 200 && !std::filesystem::exists(dump); ++k)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::error_code ec;
+    std::filesystem::copy_file(dump, dir / ("signal.rank" + std::to_string(comm.rank()) + ".json"), ec);
+  });
+  try {
+    pending.wait();
+    std::printf("rank %d: the call succeeded\n", comm.rank());
+  } catch (const error& e) {
+    std::printf("rank %d: %s\n", comm.rank(), e.what());
+  }
+  user.join();
+  return 0;
 }
 
 // Rank 1 calls #1 with another count; every rank dumps through the API once its call ended.
@@ -106,7 +114,8 @@ MIMATRIX_SCENARIO(flight_ranks_disagree) {
   return 0;
 }
 
-// Dumps by the API and by the signal, from another thread, while calls run: every sum exact.
+// Dumps by the API and by the signal (served at the calls' starts, tests and idle
+// pauses), from another thread, while calls run: every sum exact.
 MIMATRIX_SCENARIO(flight_dump_during_calls) {
   communicator<fabric> comm;
   sum_t sum(comm);
@@ -180,6 +189,14 @@ TEST_P(flight_record, a_rank_stopped_mid_call_is_the_root_of_the_waits) {
   EXPECT_NE(report.find("oldest unfinished: allreduce #1"), std::string::npos) << report;
   EXPECT_NE(report.find("root: rank 2 (started the call but waits on no one"), std::string::npos) << report;
   EXPECT_NE(report.find("-> rank 2: failed"), std::string::npos) << "someone waits on rank 2\n" << report;
+  for (int rank : {0, 1, 3}) {
+    std::ifstream in(dir_ / ("signal.rank" + std::to_string(rank) + ".json"));
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find("\"reason\": \"signal\""), std::string::npos) << "rank " << rank << ": " << text.str();
+    EXPECT_NE(text.str().find("\"state\": \"started\", \"started_us\""), std::string::npos) << text.str();
+    EXPECT_NE(text.str().find("\"waiting\": {\"step\""), std::string::npos) << text.str();
+  }
 }
 
 TEST_P(flight_record, ranks_that_started_different_calls_are_named) {

@@ -1,8 +1,8 @@
 // MIMATRIX_FLIGHT_RECORD_SIGNAL (default SIGUSR1): a signal that dumps every flight record
-// of the process. The handler only raises an atomic flag and posts a semaphore (both
-// async-signal-safe); a watcher thread of the process, blocked on that semaphore, writes
-// the dumps. A rank stuck in wait() under caller progress runs no other mimatrix code
-// until its deadline, so the dump cannot wait for its next call.
+// of the process. The handler only raises an atomic flag (transport::dump_request); the
+// dumps are written where mimatrix runs outside its engine's lock: the idle pause of a
+// wait() or of the progress thread (a rank stuck in a call dumps within a few ms), a
+// test(), or the next call's start.
 #pragma once
 
 #include <algorithm>
@@ -11,13 +11,11 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
-#include <semaphore.h>
 #include <string>
-#include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/transport/dump_request.hpp"
 
 namespace mimatrix::detail {
 
@@ -40,13 +38,13 @@ inline int flight_signal_from_environment() {
 
 /// The process's dumpers: each communicator's flight record registers one while it lives.
 /// @par Thread Safety
-/// Every member from any thread but the signal handler, which only calls raise_flag().
+/// Every member from any thread; the signal handler only raises transport::dump_request.
 class flight_signal {
  public:
   using dumper = std::function<void()>;
 
   static flight_signal& process() {
-    static flight_signal* one = new flight_signal;  // never destroyed: the watcher may outlive main
+    static flight_signal* one = new flight_signal;  // never destroyed: a dump may come late in exit
     return *one;
   }
 
@@ -56,10 +54,7 @@ class flight_signal {
     std::lock_guard lock(mutex_);
     dumpers_.push_back({id, std::move(dump)});
     if (signal <= 0) return;
-    if (watcher_pid_ != ::getpid()) {  // first here, or a forked child: the parent's thread is not ours
-      watcher_pid_ = ::getpid();
-      std::thread([this] { watch(); }).detach();
-    }
+    transport::dump_request::set_server([] { process().dump_all(); });
     if (installed_ & (1ull << (signal % 64))) return;
     installed_ |= 1ull << (signal % 64);
     struct sigaction old {};
@@ -75,7 +70,7 @@ class flight_signal {
     std::erase_if(dumpers_, [id](const entry& e) { return e.id == id; });
   }
 
-  /// Dumps every registered record now; what the watcher does after a signal.
+  /// Dumps every registered record now: what a raised signal comes to.
   void dump_all() {
     std::lock_guard lock(mutex_);  // a record unregisters only between dumps
     for (const entry& e : dumpers_) e.dump();
@@ -87,24 +82,12 @@ class flight_signal {
     dumper dump;
   };
 
-  flight_signal() { ::sem_init(&wake_, 0, 0); }
+  flight_signal() = default;
 
-  static void handle(int) {
-    process().raised_.store(true, std::memory_order_relaxed);
-    ::sem_post(&process().wake_);
-  }
-  void watch() {
-    for (;;) {
-      if (::sem_wait(&wake_) != 0) continue;  // EINTR
-      if (raised_.exchange(false)) dump_all();
-    }
-  }
+  static void handle(int) { transport::dump_request::raise(); }
 
   std::mutex mutex_;
   std::vector<entry> dumpers_;
-  std::atomic<bool> raised_{false};
-  sem_t wake_;
-  pid_t watcher_pid_ = 0;
   unsigned long long installed_ = 0;
 };
 

@@ -18,6 +18,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/operation.hpp"
 #include "mimatrix/core/options.hpp"
+#include "mimatrix/transport/dump_request.hpp"
 
 namespace mimatrix::transport {
 
@@ -156,6 +157,7 @@ class progress_engine {
         }
         if (e.finished_) return;
       }
+      dump_request::serve_if_raised();  // a rank stuck here still dumps on the signal
       port_->pause(seen, ++idle);
     }
   }
@@ -211,6 +213,7 @@ class progress_engine {
         continue;
       }
       lock.unlock();
+      dump_request::serve_if_raised();
       port_->pause(seen, ++idle);
       lock.lock();
     }
@@ -226,6 +229,7 @@ class progress_engine {
 
 inline bool execution::test(std::error_code& ec) {
   const bool done = engine_.test(*this);
+  dump_request::serve_if_raised();  // after the lock: a caller that polls test() dumps too
   ec = done ? ending_code() : std::error_code{};
   return done;
 }

@@ -22,6 +22,7 @@
 #include "mimatrix/schedule/lower.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/dump_request.hpp"
 
 namespace mimatrix::detail {
 
@@ -74,6 +75,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                                          std::size_t out_count, int root, const reduce::host_kernels& kernels,
                                          std::optional<std::chrono::milliseconds> timeout,
                                          const device::stream* stream, std::uint32_t tag, bool barrier) {
+  transport::dump_request::serve_if_raised();  // a signal's dump, before this call enters the record
   impl& e = *impl_;
   const transport_face& t = e.transport;
   refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
