@@ -135,6 +135,9 @@ class flight_record {
     s.version.store(v + 2, std::memory_order_release);
     if (e.sequence + 1 > recorded_.load(std::memory_order_relaxed))
       recorded_.store(e.sequence + 1, std::memory_order_relaxed);
+    // The next call's slot, a line the cache lost 2,048 calls ago, fetched while this runs.
+    __builtin_prefetch(&ring_[(e.sequence + 1) & mask_], 1);
+    __builtin_prefetch(reinterpret_cast<const char*>(&ring_[(e.sequence + 1) & mask_]) + 64, 1);
     return &s.stall;
   }
 
