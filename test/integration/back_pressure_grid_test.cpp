@@ -1,0 +1,35 @@
+// The long tier's grid for issue 53: every algorithm at chunks of 64 bytes to 64 KiB (16
+// KiB is rxm's eager limit; 64 KiB goes in segments), 2 to 5 ranks (5: halving-doubling
+// folds a rank), 300,007 elements, and a million at 4 KiB, over shm and tcp;ofi_rxm.
+#include "mimatrix/transport/fabric.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <tuple>
+
+#include "multi_process.hpp"
+#include "small_chunks.hpp"
+
+namespace mimatrix {
+namespace MIMATRIX_UNIT_ID {
+
+MIMATRIX_SCENARIO(small_chunks_grid) { return test::small_chunks_run().run(); }
+
+class small_chunks_grid : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(small_chunks_grid, is_exact_at_every_chunk) {
+  const auto& [provider, ranks] = GetParam();
+  test::expect_small_chunks_exact({.chunks = "64,256,512,1024,4096,16384,65536", .count = 300007}, ranks, provider,
+                                  "small_chunks_grid", std::chrono::seconds(600));
+  test::expect_small_chunks_exact({.chunks = "4096", .count = 1000003}, ranks, provider, "small_chunks_grid",
+                                  std::chrono::seconds(600));
+}
+
+INSTANTIATE_TEST_SUITE_P(fabric, small_chunks_grid,
+                         ::testing::Combine(::testing::ValuesIn(test::test_providers()), ::testing::Values(2, 3, 4, 5)),
+                         test::provider_and_ranks_name);
+
+}  // namespace
+}  // namespace mimatrix
