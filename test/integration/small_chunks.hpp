@@ -33,6 +33,7 @@ struct small_chunks_case {
   std::size_t count = 0;           // int32 elements a call
   std::string algorithms = "all";  // or one name: "halving_doubling"
   int calls = 1;                   // each in place and out of place
+  int timeout_s = 20;              // a call's deadline
   std::uint64_t seed = std::random_device{}();
 
   std::vector<std::pair<std::string, std::string>> env() const {
@@ -40,6 +41,7 @@ struct small_chunks_case {
             {"SMALL_CHUNKS_COUNT", std::to_string(count)},
             {"SMALL_CHUNKS_ALGORITHMS", algorithms},
             {"SMALL_CHUNKS_CALLS", std::to_string(calls)},
+            {"SMALL_CHUNKS_TIMEOUT_S", std::to_string(timeout_s)},
             {"SMALL_CHUNKS_SEED", std::to_string(seed)}};
   }
 };
@@ -53,7 +55,7 @@ class small_chunks_run {
         calls_(int(number("SMALL_CHUNKS_CALLS"))),
         seed_(number("SMALL_CHUNKS_SEED")),
         only_(text("SMALL_CHUNKS_ALGORITHMS")) {
-    comm_.set_timeout(std::chrono::seconds(20));
+    comm_.set_timeout(std::chrono::seconds(number("SMALL_CHUNKS_TIMEOUT_S")));
   }
 
   /// Every algorithm asked for at each chunk; 0 when every sum was exact.

@@ -102,7 +102,7 @@ class execution final : public step_executor, private call {
         any_box = true;
         continue;
       }
-      if (st.kind == kind::recv) state_[i].position = receives_.add();
+      if (st.kind == kind::recv) state_[i].position = receives_.add(static_cast<std::uint32_t>(i));
       if (st.kind == kind::recv_reduce) {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
@@ -201,8 +201,12 @@ class execution final : public step_executor, private call {
     }
     if (direct_) changed |= take_direct();
     if (!polls_.empty() && !finished()) changed |= poll_mailboxes();
+    if (!receives_.due().empty() && !finished()) changed |= post_due();
     return changed;
   }
+
+  /// Posts the receives held back that the receive window now admits.
+  bool post_due();
 
   /// Posts a send, receive, write or notify.
   posted post(schedule::step_id id) override;
@@ -251,7 +255,7 @@ class execution final : public step_executor, private call {
   }
   bool probes() const override { return true; }
   std::vector<int> silent_peers(std::chrono::milliseconds grace) override { return ep_->silent_peers(grace); }
-  std::string stall_detail() const override { return ep_->behind(sig().sequence); }
+  std::string stall_detail() const override;  // receives held for the window, ranks behind
   std::string ended_peers() const override { return ep_->ended_peers(); }
   std::vector<std::string> running_peers(const std::vector<int>& p) const override {
     return ep_->local_peers(bootstrap::detail::process_mark::status::running, &p);

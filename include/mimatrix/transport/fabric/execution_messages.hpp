@@ -1,6 +1,6 @@
 // A fabric execution's message path: tagged sends and receives (small sends injected),
-// what the provider's answer to a post means, recv_reduce staging in schedule order, and
-// the completions the endpoint hands back.
+// what the provider's answer to a post means, recv_reduce staging and the receive window
+// in schedule order, and the completions the endpoint hands back.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -112,8 +112,10 @@ inline execution::posted execution::post(schedule::step_id id) {
   // Device memory is never injected: the provider would read it with the CPU.
   if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes() && !hmem_) return inject(id);
   const bool staged_here = is_staged(id);
-  if (st.kind == kind::recv && !staged_here && !receives_.admits(state_[id].position))
-    return posted::deferred;  // held back by us until the earlier receives are done (receive_window.hpp)
+  if (st.kind == kind::recv && !staged_here && !receives_.admits(state_[id].position)) {
+    receives_.hold(state_[id].position);  // until the earlier receives are done (receive_window.hpp)
+    return posted::held;
+  }
   posted_op* r = ep_->acquire(this, id);
   const std::uint64_t tag = wire::data_tag(st.kind == kind::send ? plan().rank : st.peer, sig().sequence, st.tag);
   if (st.kind == kind::send) {
@@ -128,6 +130,20 @@ inline execution::posted execution::post(schedule::step_id id) {
     return fi_trecv(ep_->ep(), data, st.dst.bytes, descriptor(data, st.dst.bytes), ep_->address(st.peer), tag, 0,
                     &r->ctx);
   }));
+}
+
+inline bool execution::post_due() {
+  auto& due = receives_.due();
+  for (std::size_t k = 0; k < due.size() && !finished(); ++k) release(due[k]);
+  due.clear();
+  return true;
+}
+
+inline std::string execution::stall_detail() const {
+  if (!ws_ || receives_.holding() == 0) return ep_->behind(sig().sequence);
+  return "; " + std::to_string(receives_.holding()) + " receive(s) held back for the receive window (" +
+         std::to_string(receive_window::width) + " plain receives from step " +
+         std::to_string(receives_.earliest_open()) + ", the earliest not done)" + ep_->behind(sig().sequence);
 }
 
 inline execution::posted execution::posted_as(schedule::step_id id, posted_op* r, const char* call, ssize_t ret) {
