@@ -13,6 +13,7 @@
 #include "mimatrix/detail/buffer_overlap.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/engine_core.hpp"
+#include "mimatrix/detail/forgets_root_on_failure.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
 #include "mimatrix/detail/recorded_operation.hpp"
 #include "mimatrix/detail/staged_call.hpp"
@@ -78,14 +79,9 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
   const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
   const bool broadcast = kind == schedule::collective::broadcast;
-  const signature sig{kind,
-                      kernels.op,
-                      kernels.type,
-                      count,
-                      broadcast ? root : 0,
-                      e.comm.take_sequence(t.rank, t.progress),
-                      tag,
-                      e.comm.take_history(broadcast ? root : -1)};
+  const std::uint64_t sequence = e.comm.take_sequence(t.rank, t.progress);
+  const std::uint16_t history = e.comm.take_history(broadcast ? root : -1, sequence);
+  const signature sig{kind, kernels.op, kernels.type, count, broadcast ? root : 0, sequence, tag, history};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
@@ -98,6 +94,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     const std::string message =
         describe({t.rank, -1, schedule::to_string(kind), static_cast<std::int64_t>(sig.sequence)}, *why);
     t.fail(t.transport, sig, errc::invalid_argument, message);
+    e.comm.forget_root(sequence);
     throw error(errc::invalid_argument, message);
   }
   const auto deadline = timeout.value_or(e.comm.settings().timeout);
@@ -112,12 +109,18 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                         return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
-  if (e.comm.call_hooks().empty()) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
+  const auto launch_call = [&](std::shared_ptr<const schedule::schedule> plan) {
+    auto op = launch(std::move(plan));
+    if (!broadcast) return op;
+    return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), e.comm, sequence));
+  };
+  if (e.comm.call_hooks().empty())
+    return request(launch_call(e.pick(e.plan_for(desc, shared_device), desc, stream)), sequence);
   call_record r;
   r.start = std::chrono::steady_clock::now();
   auto plan = e.pick(e.plan_for(desc, shared_device), desc, stream);
   r.algorithm = plan->algorithm;
-  auto op = launch(std::move(plan));
+  auto op = launch_call(std::move(plan));
   r.kind = kind;
   r.sequence = sig.sequence;
   r.tag = tag;
