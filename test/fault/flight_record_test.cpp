@@ -102,6 +102,11 @@ MIMATRIX_SCENARIO(flight_rank_stopped_mid_call) {
     std::printf("rank %d: %s\n", comm.rank(), e.what());
   }
   user.join();
+  // A rank whose call ended before the signal (rank 2's first sends may be all it needed)
+  // sat outside mimatrix, where no one serves a signal: its watchdog dumps by the API.
+  const std::filesystem::path dir = std::getenv("MIMATRIX_FLIGHT_RECORD_DIR");
+  if (!std::filesystem::exists(dir / ("flight.world-0.rank" + std::to_string(comm.rank()) + ".json")))
+    (void)comm.dump_flight_record();
   return 0;
 }
 
@@ -190,6 +195,9 @@ TEST_P(flight_record, a_rank_stopped_mid_call_is_the_root_of_the_waits) {
   EXPECT_NE(report.find("root: rank 2 (started the call but waits on no one"), std::string::npos) << report;
   EXPECT_NE(report.find("-> rank 2: failed"), std::string::npos) << "someone waits on rank 2\n" << report;
   for (int rank : {0, 1, 3}) {
+    if (report.find("[" + std::to_string(rank) + "] rank " + std::to_string(rank) + ": the call succeeded") !=
+        std::string::npos)
+      continue;  // it ended before the signal: no call of it was in flight
     std::ifstream in(dir_ / ("signal.rank" + std::to_string(rank) + ".json"));
     std::stringstream text;
     text << in.rdbuf();

@@ -61,10 +61,7 @@ TEST_P(every_algorithm, is_exact_on_every_rank) {
 
 INSTANTIATE_TEST_SUITE_P(fabric, every_algorithm,
                          ::testing::Combine(::testing::ValuesIn(test::test_providers()), ::testing::Values(2, 3, 4, 5)),
-                         [](const auto& info) {
-                           return test::provider_label(std::get<0>(info.param)) + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "_ranks";
-                         });
+                         test::provider_and_ranks_name);
 
 }  // namespace
 }  // namespace mimatrix

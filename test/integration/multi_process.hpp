@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,11 @@ inline std::string provider_label(std::string p) {
   for (char& c : p)
     if (c == ';') c = '_';
   return p;
+}
+
+/// A (provider, ranks) test parameter's name: "tcp_ofi_rxm_4_ranks".
+inline std::string provider_and_ranks_name(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+  return provider_label(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_ranks";
 }
 
 /// The ranks' glibc tunables: the caller's, with malloc's large blocks on transparent huge

@@ -107,10 +107,7 @@ TEST_P(recreate, two_world_communicators_from_the_environment_live_at_once) {
 
 INSTANTIATE_TEST_SUITE_P(over, recreate,
                          ::testing::Combine(::testing::ValuesIn(test::test_providers()), ::testing::Values(3)),
-                         [](const auto& info) {
-                           return test::provider_label(std::get<0>(info.param)) + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "_ranks";
-                         });
+                         test::provider_and_ranks_name);
 
 }  // namespace
 }  // namespace mimatrix

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mimatrix/call_record.hpp"
@@ -42,15 +43,25 @@ class communicator_state {
   /// when another thread still has calls in flight there: two threads starting calls on
   /// one communicator would number them in an order the peers cannot share.
   MIMATRIX_DECL std::uint64_t take_sequence(int rank, transport::progress_engine* progress);
-  /// The history the next call's signature carries (signature::history); `root` is this
-  /// call's if it is a broadcast (-1 otherwise), folded in for the calls after it. The fold
+  /// The history call `sequence`'s signature carries (signature::history); `root` is its
+  /// root if it is a broadcast (-1 otherwise), folded in for the calls after it. The fold
   /// is a bijection of the history for each root, so ranks whose histories once differed
   /// stay apart: every later call that moves data between them fails with `mismatch`.
-  std::uint16_t take_history(int root) {
+  std::uint16_t take_history(int root, std::uint64_t sequence) {
     const std::uint16_t before = history_;
-    if (root >= 0)
+    if (root >= 0) {
       history_ = static_cast<std::uint16_t>(((history_ << 5) | (history_ >> 11)) ^ ((root + 1) * 0x9E37u));
+      folded_ = {sequence, before};
+    }
     return before;
+  }
+  /// Broadcast `sequence` failed here: every rank was told, so its root leaves the history
+  /// (over shm the next call runs). Only while it is the last folded in: of broadcasts in
+  /// flight together, an earlier one's failure leaves the later ones' roots, and the calls
+  /// after them fail as their histories say.
+  void forget_root(std::uint64_t sequence) {
+    if (folded_ && folded_->first == sequence) history_ = folded_->second;
+    folded_.reset();
   }
 
   MIMATRIX_DECL plan_cache& plans();
@@ -90,6 +101,7 @@ class communicator_state {
   options options_;
   std::uint64_t sequence_ = 0;
   std::uint16_t history_ = 0;
+  std::optional<std::pair<std::uint64_t, std::uint16_t>> folded_;  // the last broadcast folded in, and the history before
   std::optional<progress_mode> announced_progress_;  // the mode last said; none before the first call
   std::unique_ptr<calls> calls_;
   std::vector<call_hook> hooks_;

@@ -42,6 +42,7 @@ class step_executor : public execution {
     started,   // it ends later: complete(), arrive() or fail()
     done,      // it ended at once (or the call failed)
     deferred,  // back-pressure: retried next round, after those refused before it
+    held,      // held back by the transport's own window: not retried; it calls release() when it may go
   };
 
   step_executor(progress_engine& engine, std::shared_ptr<const schedule::schedule> plan, const signature& sig,
@@ -159,6 +160,9 @@ class step_executor : public execution {
   /// Posts a recv_reduce before its dependencies are done: its data then flows while
   /// earlier steps still reduce.
   void post_early(schedule::step_id id);
+  /// A post the transport held (posted::held) may go now: it is posted again at once. A
+  /// held post costs no round anything, where a deferred one is tried again every round.
+  void release(schedule::step_id id);
   /// Step `id` has ended.
   void complete(schedule::step_id id);
   /// A receive's data is at `data` (until consumed()): copied or reduced into its
@@ -249,23 +253,6 @@ class step_executor : public execution {
   std::shared_ptr<shared_fate> fate_;    // share_fate(); read at posts and failures only
   std::atomic<stall_note*> stall_note_{nullptr};  // watch_stalls(); stalls only
 };
-
-/// How often a stuck call asks whether a peer's process has ended: a killed peer on this
-/// host is named within about twice this.
-inline constexpr std::chrono::milliseconds ended_check_interval{100};
-
-/// How long a liveness probe waits for answers: an eighth of the call's timeout, between
-/// 50 ms and 1 s.
-inline std::chrono::milliseconds probe_grace(std::chrono::milliseconds timeout) {
-  return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
-}
-
-/// "a, b, c": peers' descriptions in a message.
-inline std::string joined(const std::vector<std::string>& parts) {
-  std::string s;
-  for (const auto& p : parts) s += (s.empty() ? "" : ", ") + p;
-  return s;
-}
 
 // ---- implementation ---------------------------------------------------------------------
 
@@ -431,7 +418,17 @@ inline void step_executor::post_now(schedule::step_id id) {
       s.queued = true;
       book_->queued.push_back(id);
       break;
+    case posted::held:
+      s.queued = true;
+      break;
   }
+}
+
+inline void step_executor::release(schedule::step_id id) {
+  auto& s = book_->steps[id];
+  if (!s.queued || s.done || finished()) return;
+  s.queued = false;
+  post_now(id);
 }
 
 inline void step_executor::post_early(schedule::step_id id) {
@@ -458,6 +455,7 @@ inline bool step_executor::retry_queued() {
       queued[kept++] = id;
       continue;
     }
+    if (r == posted::held) continue;  // queued still, until release()
     s.queued = false;
     if (r == posted::started)
       s.posted = true;

@@ -15,6 +15,7 @@
 #include "mimatrix/algorithm/hierarchical.hpp"
 #include "mimatrix/algorithm/hdrm.hpp"
 #include "mimatrix/algorithm/ring.hpp"
+#include "mimatrix/collectives.hpp"
 #include "mimatrix/topology/bigraph.hpp"
 #include "mimatrix/topology/hierarchical.hpp"
 #include "mimatrix/transport/inproc.hpp"
@@ -121,6 +122,25 @@ TEST(agreement, the_communicator_goes_on_after_a_disagreement) {
     allreduce<inproc, topology::ring, reduce::sum<std::int32_t>> sum(comm);
     std::vector<std::int32_t> again(100, 1);
     sum(again);
+    EXPECT_EQ(again[99], 3) << "rank " << r;
+  });
+}
+
+// Issue 53 item 1: a broadcast's root enters the history every later call carries; where
+// the broadcast failed on every rank (here, in process, at entry) it leaves it again, so
+// the communicator goes on as after any disagreement. One root taken back, the later calls
+// still carry the roots of the broadcasts that ran: a second broadcast, then an allreduce.
+TEST(agreement, the_communicator_goes_on_after_a_broadcast_whose_roots_disagreed) {
+  transport::run_inproc(3, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    std::vector<std::int32_t> v(100, r);
+    EXPECT_THROW(coll.broadcast(v.data(), v.data(), v.size(), dtype::int32, r == 2 ? 2 : 0).wait(), error);
+    std::vector<std::int32_t> b(100, r + 10);
+    coll.broadcast(b.data(), b.data(), b.size(), dtype::int32, 1).wait();
+    EXPECT_EQ(b[99], 11) << "rank " << r;
+    std::vector<std::int32_t> again(100, 1);
+    coll.allreduce(again.data(), again.data(), again.size(), dtype::int32, reduce::op_kind::sum).wait();
     EXPECT_EQ(again[99], 3) << "rank " << r;
   });
 }

@@ -36,8 +36,7 @@ class tcp_server {
   using clock = std::chrono::steady_clock;
 
  public:
-  /// Binds `port` (0: one the kernel picks) of `address` alone (listen_on) and starts
-  /// serving.
+  /// Binds `port` (0: one the kernel picks) of `address` alone (listen_on); starts serving.
   tcp_server(const std::string& address, int port, tcp_server_limits limits = {}) : limits_(limits) {
     listen_ = listen_on(address, port);
     sockaddr_storage addr{};
@@ -67,8 +66,7 @@ class tcp_server {
   }
 
   int port() const noexcept { return port_; }
-  /// The numeric address it listens on ("127.0.0.1", "::1").
-  const std::string& address() const noexcept { return address_; }
+  const std::string& address() const noexcept { return address_; }  // numeric: "127.0.0.1", "::1"
 
  private:
   using value_ptr = std::shared_ptr<const std::vector<std::byte>>;

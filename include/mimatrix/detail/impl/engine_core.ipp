@@ -14,6 +14,7 @@
 #include "mimatrix/detail/communicator_state.hpp"
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/detail/flight_recorder.hpp"
+#include "mimatrix/detail/forgets_root_on_failure.hpp"
 #include "mimatrix/detail/plan_cache.hpp"
 #include "mimatrix/detail/recorded_operation.hpp"
 #include "mimatrix/detail/staged_call.hpp"
@@ -81,14 +82,9 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
   const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
   const bool broadcast = kind == schedule::collective::broadcast;
-  const signature sig{kind,
-                      kernels.op,
-                      kernels.type,
-                      count,
-                      broadcast ? root : 0,
-                      e.comm.take_sequence(t.rank, t.progress),
-                      tag,
-                      e.comm.take_history(broadcast ? root : -1)};
+  const std::uint64_t sequence = e.comm.take_sequence(t.rank, t.progress);
+  const std::uint16_t history = e.comm.take_history(broadcast ? root : -1, sequence);
+  const signature sig{kind, kernels.op, kernels.type, count, broadcast ? root : 0, sequence, tag, history};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
@@ -101,6 +97,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     const std::string message =
         describe({t.rank, -1, schedule::to_string(kind), static_cast<std::int64_t>(sig.sequence)}, *why);
     t.fail(t.transport, sig, errc::invalid_argument, message);
+    e.comm.forget_root(sequence);
     throw error(errc::invalid_argument, message);
   }
   const auto deadline = timeout.value_or(e.comm.settings().timeout);
@@ -115,17 +112,24 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                         return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
+  transport::stall_note* note = nullptr;  // the flight record's, set before the launch
+  const auto launch_call = [&](std::shared_ptr<const schedule::schedule> plan) {
+    auto op = launch(std::move(plan));
+    if (note) op->watch_stalls(note);  // on the executor, not on a wrapper of it
+    if (!broadcast) return op;
+    return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), e.comm, sequence));
+  };
   flight_recorder* const flight = e.comm.flight();
   const bool hooked = !e.comm.call_hooks().empty();
-  if (!hooked && !flight) return request(launch(e.pick(e.plan_for(desc, shared_device), desc, stream)), sig.sequence);
+  if (!hooked && !flight)
+    return request(launch_call(e.pick(e.plan_for(desc, shared_device), desc, stream)), sequence);
   call_record r;
   if (hooked) r.start = std::chrono::steady_clock::now();
   const plan_set& plans = e.plan_for(desc, shared_device);
   auto plan = e.pick(plans, desc, stream);
-  transport::stall_note* note = nullptr;
   if (flight) {  // entered before the launch: a launch that hangs or throws is recorded too
     flight_start f;
-    f.sequence = sig.sequence;
+    f.sequence = sequence;
     f.in_count = in_count;
     f.out_count = out_count;
     f.tag = tag;
@@ -142,15 +146,14 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   if (hooked) r.algorithm = plan->algorithm;
   std::unique_ptr<operation> op;
   try {
-    op = launch(std::move(plan));
+    op = launch_call(std::move(plan));
   } catch (const error& failed) {
-    if (flight) flight->record().finish(sig.sequence, failed.code(), failed.what());
+    if (flight) flight->record().finish(sequence, failed.code(), failed.what());
     throw;
   }
-  if (note) op->watch_stalls(note);
   if (hooked) {
     r.kind = kind;
-    r.sequence = sig.sequence;
+    r.sequence = sequence;
     r.tag = tag;
     r.barrier = barrier;
     r.type = kernels.type;
@@ -159,7 +162,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     r.size = t.size;
     op = std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks());
   }
-  return request(std::move(op), sig.sequence, flight);
+  return request(std::move(op), sequence, flight);
 }
 
 MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule::descriptor& d, const void* in,

@@ -3,6 +3,7 @@
 // state machine (step_executor.hpp includes this file last).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -13,6 +14,23 @@
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport {
+
+/// How often a stuck call asks whether a peer's process has ended: a killed peer on this
+/// host is named within about twice this.
+inline constexpr std::chrono::milliseconds ended_check_interval{100};
+
+/// How long a liveness probe waits for answers: an eighth of the call's timeout, between
+/// 50 ms and 1 s.
+inline std::chrono::milliseconds probe_grace(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+}
+
+/// "a, b, c": peers' descriptions in a message.
+inline std::string joined(const std::vector<std::string>& parts) {
+  std::string s;
+  for (const auto& p : parts) s += (s.empty() ? "" : ", ") + p;
+  return s;
+}
 
 inline void step_executor::fail(errc code, std::string message, std::string origin) {
   if (finished()) return;

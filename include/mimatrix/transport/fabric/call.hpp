@@ -16,6 +16,7 @@
 
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/transport/fabric/mailbox.hpp"
+#include "mimatrix/transport/fabric/receive_window.hpp"
 
 namespace mimatrix::transport::detail::fabric {
 
@@ -74,6 +75,7 @@ struct step_state {
   std::size_t slot = 0;            // recv_reduce: its staging slot, once it has one
   local_mailboxes* box = nullptr;  // the shared-memory mailbox it moves through (null: the provider)
   bool polling = false;            // a mailbox receive looked for in every round
+  std::uint32_t position = 0;      // a plain receive through the provider: its place in receive_window
 };
 
 /// A call's memory (scratch, staging) and the fabric part of its bookkeeping, kept by the
@@ -85,6 +87,7 @@ struct workspace {
   std::vector<std::size_t> free_slots;
   std::vector<std::uint32_t> polls;    // mailbox receives whose dependencies are done
   std::vector<std::uint32_t> looked;   // mailbox reads: per peer and mailbox, the last poll round
+  receive_window receives;             // plain receives through the provider, in schedule order
 };
 
 struct failure {

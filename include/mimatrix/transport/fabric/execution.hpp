@@ -82,6 +82,7 @@ class execution final : public step_executor, private call {
     const auto& steps = this->plan().steps;
     const std::size_t n = steps.size();
     state_.assign(n, step_state{});
+    receives_.clear();
     looked_.assign(2 * std::size_t(this->plan().desc.size), 0);
     std::size_t slot_bytes = 0;
     bool any_box = false;
@@ -101,6 +102,7 @@ class execution final : public step_executor, private call {
         any_box = true;
         continue;
       }
+      if (st.kind == kind::recv) state_[i].position = receives_.add(static_cast<std::uint32_t>(i));
       if (st.kind == kind::recv_reduce) {
         reduces_.push_back(static_cast<schedule::step_id>(i));
         slot_bytes = std::max(slot_bytes, (st.dst.bytes + 63) / 64 * 64);
@@ -199,8 +201,12 @@ class execution final : public step_executor, private call {
     }
     if (direct_) changed |= take_direct();
     if (!polls_.empty() && !finished()) changed |= poll_mailboxes();
+    if (!receives_.due().empty() && !finished()) changed |= post_due();
     return changed;
   }
+
+  /// Posts the receives held back that the receive window now admits.
+  bool post_due();
 
   /// Posts a send, receive, write or notify.
   posted post(schedule::step_id id) override;
@@ -249,7 +255,7 @@ class execution final : public step_executor, private call {
   }
   bool probes() const override { return true; }
   std::vector<int> silent_peers(std::chrono::milliseconds grace) override { return ep_->silent_peers(grace); }
-  std::string stall_detail() const override { return ep_->behind(sig().sequence); }
+  std::string stall_detail() const override;  // receives held for the window, ranks behind
   std::string ended_peers() const override { return ep_->ended_peers(); }
   std::vector<std::string> running_peers(const std::vector<int>& p) const override {
     return ep_->local_peers(bootstrap::detail::process_mark::status::running, &p);
@@ -462,6 +468,7 @@ class execution final : public step_executor, private call {
   std::vector<std::size_t>& free_slots_ = ws_->free_slots;
   std::vector<schedule::step_id>& polls_ = ws_->polls;
   std::vector<std::uint32_t>& looked_ = ws_->looked;  // per peer and mailbox: the poll round it was last read in
+  receive_window& receives_ = ws_->receives;          // plain receives through the provider (receive_window.hpp)
   std::uint32_t poll_round_ = 0;
   local_mailboxes* small_ = ep_->mailboxes();     // messages up to 512 bytes, to ranks on this host
   local_mailboxes* bulk_ = ep_->bulk_mailboxes();  // chunks up to a bulk slot, to ranks on this host
@@ -469,12 +476,7 @@ class execution final : public step_executor, private call {
   static constexpr std::uint64_t call_bits = wire::data_tag(0, wire::sequence_mask, 0);
   std::size_t next_reduce_ = 0;  // the first of reduces_ without a slot
   std::size_t slot_bytes_ = 0;
-  std::size_t in_flight_ = 0;        // this call's posted libfabric operations
-  std::size_t posted_receives_ = 0;  // of them, receives of recv steps
-  /// recv steps posted to the provider at once, in the order they became ready. Providers
-  /// bound their posted receives (rxm over tcp: a few thousand); a later phase's receives,
-  /// ready early, must not take the room that this phase's recv_reduce receives need.
-  static constexpr std::size_t max_posted_receives = 256;
+  std::size_t in_flight_ = 0;  // this call's posted libfabric operations
   std::uint32_t rounds_ = 0;
   /// Rounds without progress (about 20 ms in wait()) after which a call sets aside what
   /// its rings hold (unblock_rings).

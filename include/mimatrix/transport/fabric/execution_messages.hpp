@@ -1,6 +1,6 @@
 // A fabric execution's message path: tagged sends and receives (small sends injected),
-// what the provider's answer to a post means, recv_reduce staging in schedule order, and
-// the completions the endpoint hands back.
+// what the provider's answer to a post means, recv_reduce staging and the receive window
+// in schedule order, and the completions the endpoint hands back.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -113,8 +113,10 @@ inline execution::posted execution::post(schedule::step_id id) {
   // Device memory is never injected: the provider would read it with the CPU.
   if (st.kind == kind::send && st.src.bytes <= ep_->inject_bytes() && !hmem_) return inject(id);
   const bool staged_here = is_staged(id);
-  if (st.kind == kind::recv && !staged_here && posted_receives_ >= max_posted_receives)
-    return posted::deferred;  // held back by us: the provider's receive queue stays open to recv_reduce
+  if (st.kind == kind::recv && !staged_here && !receives_.admits(state_[id].position)) {
+    receives_.hold(state_[id].position);  // until the earlier receives are done (receive_window.hpp)
+    return posted::held;
+  }
   posted_op* r = ep_->acquire(this, id);
   const std::uint64_t tag = wire::data_tag(st.kind == kind::send ? plan().rank : st.peer, sig().sequence, st.tag);
   if (st.kind == kind::send) {
@@ -125,12 +127,24 @@ inline execution::posted execution::post(schedule::step_id id) {
     }));
   }
   std::byte* data = staged_here ? staged(id) : mem_.write(st.dst);
-  const posted p = posted_as(id, r, "fi_trecv", ep_->watched("fi_trecv", st.peer, [&] {
+  return posted_as(id, r, "fi_trecv", ep_->watched("fi_trecv", st.peer, [&] {
     return fi_trecv(ep_->ep(), data, st.dst.bytes, descriptor(data, st.dst.bytes), ep_->address(st.peer), tag, 0,
                     &r->ctx);
   }));
-  if (p == posted::started && st.kind == kind::recv && !staged_here) ++posted_receives_;
-  return p;
+}
+
+inline bool execution::post_due() {
+  auto& due = receives_.due();
+  for (std::size_t k = 0; k < due.size() && !finished(); ++k) release(due[k]);
+  due.clear();
+  return true;
+}
+
+inline std::string execution::stall_detail() const {
+  if (!ws_ || receives_.holding() == 0) return ep_->behind(sig().sequence);
+  return "; " + std::to_string(receives_.holding()) + " receive(s) held back for the receive window (" +
+         std::to_string(receive_window::width) + " plain receives from step " +
+         std::to_string(receives_.earliest_open()) + ", the earliest not done)" + ep_->behind(sig().sequence);
 }
 
 inline execution::posted execution::posted_as(schedule::step_id id, posted_op* r, const char* call, ssize_t ret) {
@@ -177,7 +191,7 @@ inline void execution::on_complete(posted_op& r, const fi_cq_tagged_entry& e) {
   --in_flight_;
   ep_->release(&r);
   const schedule::step& st = step_at(id);
-  if (st.kind == kind::recv && !hmem_) --posted_receives_;
+  if (st.kind == kind::recv && !hmem_) receives_.finish(state_[id].position);
   if (st.kind == kind::send || schedule::is_one_sided(st.kind)) return complete(id);
   if ((e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)
     return fail(errc::mismatch,
@@ -197,7 +211,7 @@ inline void execution::on_error(posted_op& r, const fi_cq_err_entry& e) {
   --in_flight_;
   ep_->release(&r);
   const schedule::step& st = step_at(id);
-  if (st.kind == kind::recv && !hmem_) --posted_receives_;
+  if (st.kind == kind::recv && !hmem_) receives_.finish(state_[id].position);
   const int code = e.err < 0 ? -e.err : e.err;  // providers differ in the sign
   if (code == FI_ETRUNC && (e.flags & FI_REMOTE_CQ_DATA) && e.data != packed_)  // another call's message
     return fail(errc::mismatch,
