@@ -159,7 +159,7 @@ class flight_record : public ::testing::TestWithParam<std::string> {
   /// Runs `scenario` on `ranks`, expects every rank's dump, and returns the analyser's report.
   std::string run_and_analyse(const std::string& scenario, int ranks) {
     const auto r = test::run_ranks(ranks, GetParam(), scenario,
-                                   {{"MIMATRIX_FLIGHT_RECORD_DIR", dir_.string()}}, std::chrono::seconds(60));
+                                   {{"MIMATRIX_FLIGHT_RECORD", "2000"}, {"MIMATRIX_FLIGHT_RECORD_DIR", dir_.string()}}, std::chrono::seconds(60));
     EXPECT_EQ(r.exit_code, 0) << test::all_output(r);
     for (int k = 0; k < ranks; ++k)
       EXPECT_TRUE(std::filesystem::exists(dir_ / ("flight.world-0.rank" + std::to_string(k) + ".json")))
@@ -217,7 +217,7 @@ TEST_P(flight_record, ranks_that_started_different_calls_are_named) {
 
 TEST_P(flight_record, dumps_during_calls_change_no_sum) {
   const auto r = test::run_ranks(3, GetParam(), "flight_dump_during_calls",
-                                 {{"MIMATRIX_FLIGHT_RECORD_DIR", dir_.string()}}, std::chrono::seconds(60));
+                                 {{"MIMATRIX_FLIGHT_RECORD", "2000"}, {"MIMATRIX_FLIGHT_RECORD_DIR", dir_.string()}}, std::chrono::seconds(60));
   ASSERT_EQ(r.exit_code, 0) << test::all_output(r);
   for (const std::string& out : r.output) EXPECT_NE(out.find("WRONG 0"), std::string::npos) << test::all_output(r);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "flight.world-0.rank0.json"));

@@ -45,8 +45,9 @@ struct options {
   progress_mode progress = progress_mode::caller;
 
   /// How many of its last calls a communicator keeps in its flight record
-  /// (MIMATRIX_FLIGHT_RECORD; 0: none). Read when the communicator opens.
-  std::size_t flight_record = 2000;
+  /// (MIMATRIX_FLIGHT_RECORD; 0: none). Read when the communicator opens. Off by default
+  /// until it costs at most 2% of an 8 B call over shm (measured 2.5-12%, docs/faults.md).
+  std::size_t flight_record = 0;
 
   /// Defaults, overridden by MIMATRIX_TIMEOUT_MS, MIMATRIX_PROGRESS and
   /// MIMATRIX_FLIGHT_RECORD when they are set.
