@@ -18,6 +18,17 @@ struct default_algorithm {
 template <class Topology>
 using default_for = typename default_algorithm<Topology>::type;
 
+/// Whether `Algorithm` builds schedules for collective `kind`: what its static
+/// `runs(kind)` says, or, for an algorithm that does not say, the four collectives the
+/// first algorithms were written for (allreduce, reduce-scatter, allgather, broadcast).
+template <class Algorithm>
+constexpr bool runs_collective(schedule::collective kind) {
+  if constexpr (requires { { Algorithm::runs(kind) } -> std::convertible_to<bool>; }) return Algorithm::runs(kind);
+  else
+    return kind == schedule::collective::allreduce || kind == schedule::collective::reduce_scatter ||
+           kind == schedule::collective::allgather || kind == schedule::collective::broadcast;
+}
+
 /// `Algorithm` generates schedules on `Topology`.
 template <class Algorithm, class Topology>
 concept builds_for = requires(const Algorithm& a, const Topology& t, const schedule::descriptor& d, int rank) {

@@ -63,7 +63,7 @@ class halving_doubling_steps {
   halving_doubling_steps(schedule::builder& b, const fold& f, std::size_t chunk_elems)
       : b_(b), fold_(f), chunk_elems_(chunk_elems), es_(b.desc().elem_size) {
     const auto& d = b.desc();
-    const std::size_t total = std::max(d.input_bytes(), d.output_bytes()) / es_;
+    const std::size_t total = d.largest_bytes() / es_;
     stride_ = std::size_t(d.size) + chunking{total, chunk_elems_}.chunks() + 1;
   }
 
@@ -202,9 +202,9 @@ inline unit_map rank_blocks(const fold& f, std::size_t n) {
 /// p = 1: the result is the input.
 inline void build_single(schedule::builder& b) {
   const auto& d = b.desc();
-  const auto c = b.copy({schedule::buffer::input, 0, d.input_bytes()}, {schedule::buffer::output, 0, d.output_bytes()});
+  const auto c = b.copy({schedule::buffer::input, 0, d.input_bytes(0)}, {schedule::buffer::output, 0, d.output_bytes(0)});
   if (d.kind == schedule::collective::allreduce || d.kind == schedule::collective::reduce_scatter)
-    b.finalize({schedule::buffer::output, 0, d.output_bytes()}, {c});
+    b.finalize({schedule::buffer::output, 0, d.output_bytes(0)}, {c});
 }
 
 inline constexpr place input_at{schedule::buffer::input, 0};

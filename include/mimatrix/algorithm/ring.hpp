@@ -86,8 +86,8 @@ class ring {
     const int p = x.size();
     if (p == 1) {
       b.reserve(2, 1);
-      const auto c = b.copy(whole(buffer::input, x.desc.input_bytes()), whole(buffer::output, x.desc.output_bytes()));
-      b.finalize(whole(buffer::output, x.desc.output_bytes()), {c});
+      const auto c = b.copy(whole(buffer::input, x.desc.input_bytes(0)), whole(buffer::output, x.desc.output_bytes(0)));
+      b.finalize(whole(buffer::output, x.desc.output_bytes(0)), {c});
       return;
     }
     const detail::block_partition part{x.desc.count, static_cast<std::size_t>(p)};
@@ -145,8 +145,8 @@ class ring {
     const std::size_t n = x.desc.count;
     if (p == 1) {
       b.reserve(2, 1);
-      const auto c = b.copy(whole(buffer::input, x.desc.input_bytes()), whole(buffer::output, x.desc.output_bytes()));
-      b.finalize(whole(buffer::output, x.desc.output_bytes()), {c});
+      const auto c = b.copy(whole(buffer::input, x.desc.input_bytes(0)), whole(buffer::output, x.desc.output_bytes(0)));
+      b.finalize(whole(buffer::output, x.desc.output_bytes(0)), {c});
       return;
     }
     const detail::chunking ch{n, x.chunk_elems};

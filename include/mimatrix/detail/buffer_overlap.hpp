@@ -19,12 +19,16 @@ namespace mimatrix::detail {
 /// in_place_output_offset bytes into the input). None where they may, or hold nothing.
 inline std::optional<std::string> overlap_problem(const schedule::descriptor& d, int rank, const void* in,
                                                   const void* out) {
-  const std::size_t in_bytes = d.input_bytes(), out_bytes = d.output_bytes();
+  const std::size_t in_bytes = d.input_bytes(rank), out_bytes = d.output_bytes(rank);
   if (!in || !out || !in_bytes || !out_bytes) return std::nullopt;
   const auto* in_begin = static_cast<const std::byte*>(in);
   const auto* out_begin = static_cast<const std::byte*>(out);
-  if (in_begin - d.in_place_input_offset(rank) == out_begin - d.in_place_output_offset(rank)) return std::nullopt;
   if (!(in_begin < out_begin + out_bytes && out_begin < in_begin + in_bytes)) return std::nullopt;
+  if (!d.may_run_in_place())
+    return "the input [" + device::describe_address(in) + ", +" + std::to_string(in_bytes) +
+           " bytes) overlaps the output [" + device::describe_address(out) + ", +" + std::to_string(out_bytes) +
+           " bytes); " + std::string(schedule::to_string(d.kind)) + " never runs in place (as NCCL's)";
+  if (in_begin - d.in_place_input_offset(rank) == out_begin - d.in_place_output_offset(rank)) return std::nullopt;
   return "the input [" + device::describe_address(in) + ", +" + std::to_string(in_bytes) +
          " bytes) overlaps the output [" + device::describe_address(out) + ", +" + std::to_string(out_bytes) +
          " bytes) without being in place (in place, the input starts " +
@@ -36,9 +40,8 @@ inline std::optional<std::string> overlap_problem(const schedule::descriptor& d,
 /// rank that holds them, rather than by the peer whose kernel would fault on them.
 inline std::optional<std::string> device_buffer_problem(const device::port& port, const schedule::descriptor& d,
                                                         int rank, const void* in, const void* out) {
-  const bool reads_input = d.kind != schedule::collective::broadcast || rank == d.root;
-  for (const auto& [what, at, bytes] : {std::tuple{"input", in, reads_input ? d.input_bytes() : 0},
-                                        std::tuple{"output", out, d.output_bytes()}})
+  for (const auto& [what, at, bytes] : {std::tuple{"input", in, d.reads_input(rank) ? d.input_bytes(rank) : 0},
+                                        std::tuple{"output", out, d.output_bytes(rank)}})
     if (std::string bad = port.not_device_memory(at, bytes); !bad.empty())
       return std::string("the ") + what + " (" + std::to_string(bytes) + " bytes) is " + bad +
              ", not the device memory that a call on a stream of device::" + std::string(port.name()) +

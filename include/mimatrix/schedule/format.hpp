@@ -72,7 +72,7 @@ inline std::string to_string(const descriptor& d) {
   std::string s(to_string(d.kind));
   s += " size " + std::to_string(d.size) + " count " + std::to_string(d.count) + " elem_size " +
        std::to_string(d.elem_size);
-  if (d.kind == collective::broadcast) s += " root " + std::to_string(d.root);
+  if (has_root(d.kind)) s += " root " + std::to_string(d.root);
   return s;
 }
 

@@ -17,7 +17,17 @@
 
 namespace mimatrix::schedule {
 
-enum class collective : std::uint8_t { allreduce, reduce_scatter, allgather, broadcast };
+enum class collective : std::uint8_t {
+  allreduce,
+  reduce_scatter,
+  allgather,
+  broadcast,
+  reduce,   // to a root
+  gather,   // to a root
+  scatter,  // from a root
+  alltoall,
+};
+inline constexpr int collective_kinds = 8;  // the wire packs a kind in 3 bits
 
 constexpr std::string_view to_string(collective c) {
   switch (c) {
@@ -25,39 +35,82 @@ constexpr std::string_view to_string(collective c) {
     case collective::reduce_scatter: return "reduce_scatter";
     case collective::allgather: return "allgather";
     case collective::broadcast: return "broadcast";
+    case collective::reduce: return "reduce";
+    case collective::gather: return "gather";
+    case collective::scatter: return "scatter";
+    case collective::alltoall: return "alltoall";
   }
   return "?";
 }
 
+/// Calls with a root, which every rank must name alike.
+constexpr bool has_root(collective c) {
+  return c == collective::broadcast || c == collective::reduce || c == collective::gather || c == collective::scatter;
+}
+
+/// Calls that combine the ranks' contributions with the reduction.
+constexpr bool reduces(collective c) {
+  return c == collective::allreduce || c == collective::reduce_scatter || c == collective::reduce;
+}
+
 /// What one call computes; identical on every rank of the call.
-/// `count` follows NCCL: elements of the smaller per-rank buffer.
-///   allreduce       input count,     output count
-///   reduce_scatter  input size*count, output count  (rank r gets block r)
-///   allgather       input count,     output size*count (block j from rank j)
+/// `count` follows NCCL: elements of the smaller per-rank buffer, a block. Sizes depend
+/// on the rank where a call has a root (0: the buffer is not used there):
+///   allreduce       input count,            output count
+///   reduce_scatter  input size*count,       output count  (rank r gets block r)
+///   allgather       input count,            output size*count (block j from rank j)
 ///   broadcast       input count (read on root only), output count
+///   reduce          input count,            output count on root, none elsewhere
+///   gather          input count,            output size*count on root (block j from rank j)
+///   scatter         input size*count on root (block j to rank j), output count
+///   alltoall        input size*count (block j to rank j), output size*count (block j from
+///                   rank j); never in place
 struct descriptor {
   collective kind = collective::allreduce;
   int size = 1;
   std::size_t count = 0;
   std::size_t elem_size = 1;
-  int root = 0;  // broadcast only
+  int root = 0;  // calls with a root only (has_root)
 
-  constexpr std::size_t input_bytes() const {
-    return (kind == collective::reduce_scatter ? std::size_t(size) : 1u) * count * elem_size;
+  constexpr std::size_t input_bytes(int rank) const {
+    switch (kind) {
+      case collective::reduce_scatter:
+      case collective::alltoall: return blocks();
+      case collective::scatter: return rank == root ? blocks() : 0;
+      default: return block();
+    }
   }
-  constexpr std::size_t output_bytes() const {
-    return (kind == collective::allgather ? std::size_t(size) : 1u) * count * elem_size;
+  constexpr std::size_t output_bytes(int rank) const {
+    switch (kind) {
+      case collective::allgather:
+      case collective::alltoall: return blocks();
+      case collective::gather: return rank == root ? blocks() : 0;
+      case collective::reduce: return rank == root ? block() : 0;
+      default: return block();
+    }
+  }
+  /// The larger buffer of the rank that holds the most (a root holds the most).
+  constexpr std::size_t largest_bytes() const { return std::max(input_bytes(root), output_bytes(root)); }
+  /// Whether `rank` reads its input (a broadcast's and a scatter's only on the root).
+  constexpr bool reads_input(int rank) const {
+    return !(kind == collective::broadcast || kind == collective::scatter) || rank == root;
   }
   /// In place, input and output share memory; this is where each starts in it (NCCL's
-  /// convention: allgather's input is block `rank` of the output, reduce_scatter's
-  /// output is block `rank` of the input).
+  /// convention: allgather's and gather's input is block `rank` of the output,
+  /// reduce_scatter's and scatter's output is block `rank` of the input).
   constexpr std::size_t in_place_input_offset(int rank) const {
-    return kind == collective::allgather ? std::size_t(rank) * count * elem_size : 0;
+    return kind == collective::allgather || kind == collective::gather ? std::size_t(rank) * block() : 0;
   }
   constexpr std::size_t in_place_output_offset(int rank) const {
-    return kind == collective::reduce_scatter ? std::size_t(rank) * count * elem_size : 0;
+    return kind == collective::reduce_scatter || kind == collective::scatter ? std::size_t(rank) * block() : 0;
   }
+  /// Whether a call may run with input and output in one buffer.
+  constexpr bool may_run_in_place() const { return kind != collective::alltoall; }
   friend bool operator==(const descriptor&, const descriptor&) = default;
+
+ private:
+  constexpr std::size_t block() const { return count * elem_size; }
+  constexpr std::size_t blocks() const { return std::size_t(size) * count * elem_size; }
 };
 
 enum class buffer : std::uint8_t { input, output, scratch };
@@ -205,8 +258,8 @@ void release_successors(const schedule& s, step_id id, Counts& pending, std::vec
 class builder {
  public:
   /// Throws invalid_argument, naming the rank and the call, for a descriptor no schedule
-  /// can have: a group of no ranks, a rank outside it, elements of 0 bytes, or a broadcast
-  /// root outside the group (a generator divides by the element size and the group).
+  /// can have: a group of no ranks, a rank outside it, elements of 0 bytes, or a root
+  /// outside the group (a generator divides by the element size and the group).
   builder(const descriptor& desc, int rank, std::string_view algorithm) {
     s_.desc = desc;
     s_.rank = rank;
@@ -216,10 +269,12 @@ class builder {
     if (desc.size < 1) refuse("a group of " + p + " ranks");
     if (rank < 0 || rank >= desc.size) refuse("rank " + std::to_string(rank) + " is outside a group of " + p);
     if (desc.elem_size == 0) refuse("elements of 0 bytes");
-    if (desc.kind == collective::broadcast && (desc.root < 0 || desc.root >= desc.size))
+    if (has_root(desc.kind) && (desc.root < 0 || desc.root >= desc.size))
       refuse("root " + std::to_string(desc.root) + " is outside a group of " + p);
     // Compared before multiplying: count x elem_size (x the group) may wrap around.
-    const bool blocks = desc.kind == collective::reduce_scatter || desc.kind == collective::allgather;
+    const bool blocks = desc.kind == collective::reduce_scatter || desc.kind == collective::allgather ||
+                        desc.kind == collective::gather || desc.kind == collective::scatter ||
+                        desc.kind == collective::alltoall;
     if (desc.count > (region::offset_limit - 1) / desc.elem_size / (blocks ? std::size_t(desc.size) : 1))
       too_far("a buffer (" + std::to_string(desc.count) + " elements of " + std::to_string(desc.elem_size) +
               " bytes" + (blocks ? ", times " + p + " blocks)" : ")"));

@@ -29,14 +29,13 @@ struct signature {
   friend bool operator==(const signature&, const signature&) = default;
 };
 
-/// "allreduce #7 (count 1000, float, sum)", or "... sum, tag 12)" for a tagged call.
+/// "allreduce #7 (count 1000, float, sum)", "reduce #8 (count 4, float, max, root 2)", or
+/// "... sum, tag 12)" for a tagged call.
 inline std::string to_string(const signature& s) {
   std::string text = std::string(to_string(s.kind)) + " #" + std::to_string(s.sequence) +
                      " (count " + std::to_string(s.count) + ", " + std::string(to_string(s.type));
-  if (s.kind == collective::broadcast)
-    text += ", root " + std::to_string(s.root);
-  else if (s.kind != collective::allgather)
-    text += ", " + std::string(reduce::to_string(s.op));
+  if (reduces(s.kind)) text += ", " + std::string(reduce::to_string(s.op));
+  if (has_root(s.kind)) text += ", root " + std::to_string(s.root);
   if (s.tag) text += ", tag " + std::to_string(s.tag);
   return text + ")";
 }

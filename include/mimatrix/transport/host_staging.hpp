@@ -40,14 +40,14 @@ class host_staging {
   host_staging(const device::stream& caller, device::rank_streams& resources,
                const reduce::host_kernels& kernels, const schedule::schedule& plan, const std::byte* input,
                std::byte* output, bool pipelined_output)
-      : in_(input ? resources.staging(*caller.device, plan.desc.input_bytes()) : device::pooled_buffer{}),
-        out_(resources.staging(*caller.device, plan.desc.output_bytes())),
+      : in_(input ? resources.staging(*caller.device, plan.desc.input_bytes(plan.rank)) : device::pooled_buffer{}),
+        out_(resources.staging(*caller.device, plan.desc.output_bytes(plan.rank))),
         copies_(caller, resources.take_stream(*caller.device), kernels, plan.desc.size),
         device_output_(output),
-        output_bytes_(plan.desc.output_bytes()),
+        output_bytes_(plan.desc.output_bytes(plan.rank)),
         out_piece_(piece_for(output_bytes_)),
         pipelined_(pipelined_output) {
-    const std::size_t in_bytes = input ? plan.desc.input_bytes() : 0;
+    const std::size_t in_bytes = input ? plan.desc.input_bytes(plan.rank) : 0;
     const std::size_t in_piece = piece_for(in_bytes);
     for (std::size_t at = 0; at < in_bytes; at += in_piece) {
       const std::size_t end = std::min(in_bytes, at + in_piece);

@@ -27,6 +27,18 @@
 
 namespace mimatrix::detail {
 
+/// The elements of a block (descriptor::count) of a call whose buffers hold `in_count`
+/// and `out_count` elements on this rank; a count that does not fit is found by check().
+inline std::size_t block_count(schedule::collective kind, int size, std::size_t in_count, std::size_t out_count) {
+  switch (kind) {
+    case schedule::collective::allgather:
+    case schedule::collective::reduce:
+    case schedule::collective::gather: return in_count;
+    case schedule::collective::alltoall: return in_count / std::size_t(size);
+    default: return out_count;
+  }
+}
+
 struct engine_core::impl {
   impl(communicator_state& c, const transport_face& t, schedule_source s)
       : comm(c), alive(c.liveness()), transport(t), source(std::move(s)), owner(c.plans().new_owner()),
@@ -80,11 +92,13 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   impl& e = *impl_;
   const transport_face& t = e.transport;
   refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
-  const std::size_t count = kind == schedule::collective::allgather ? in_count : out_count;
-  const bool broadcast = kind == schedule::collective::broadcast;
+  const std::size_t count = block_count(kind, t.size, in_count, out_count);
+  const bool rooted = schedule::has_root(kind);
+  // A root that only sends (broadcast, scatter) learns of a disagreement at a later call.
+  const bool sending_root = kind == schedule::collective::broadcast || kind == schedule::collective::scatter;
   const std::uint64_t sequence = e.comm.take_sequence(t.rank, t.progress);
-  const std::uint16_t history = e.comm.take_history(broadcast ? root : -1, sequence);
-  const signature sig{kind, kernels.op, kernels.type, count, broadcast ? root : 0, sequence, tag, history};
+  const std::uint16_t history = e.comm.take_history(sending_root ? root : -1, sequence);
+  const signature sig{kind, kernels.op, kernels.type, count, rooted ? root : 0, sequence, tag, history};
   const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
   auto why = e.check(desc, in, in_count, out, out_count);
   if (!why && stream && !stream->device) why = "the device::stream names no device port";
@@ -107,7 +121,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     if (!stream) return t.start(t.transport, std::move(plan), input, output, sig, kernels, deadline);
     if (t.start_on_device)
       return t.start_on_device(t.transport, std::move(plan), input, output, sig, kernels, deadline, *stream);
-    return run_staged(*stream, input, desc.input_bytes(), output, desc.output_bytes(),
+    return run_staged(*stream, input, desc.input_bytes(t.rank), output, desc.output_bytes(t.rank),
                       [&](const std::byte* host_in, std::byte* host_out) {
                         return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
@@ -116,7 +130,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   const auto launch_call = [&](std::shared_ptr<const schedule::schedule> plan) {
     auto op = launch(std::move(plan));
     if (note) op->watch_stalls(note);  // on the executor, not on a wrapper of it
-    if (!broadcast) return op;
+    if (!sending_root) return op;
     return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), e.comm, sequence));
   };
   flight_recorder* const flight = e.comm.flight();
@@ -133,7 +147,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     f.in_count = in_count;
     f.out_count = out_count;
     f.tag = tag;
-    f.root = broadcast ? root : -1;
+    f.root = rooted ? root : -1;
     f.kind = kind;
     f.op = kernels.op;
     f.type = kernels.type;
@@ -157,7 +171,7 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
     r.tag = tag;
     r.barrier = barrier;
     r.type = kernels.type;
-    r.bytes = std::max(desc.input_bytes(), desc.output_bytes());
+    r.bytes = desc.largest_bytes();
     r.rank = t.rank;
     r.size = t.size;
     op = std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks());
@@ -173,9 +187,9 @@ MIMATRIX_DECL std::optional<std::string> engine_core::impl::check(const schedule
   if (d.count > std::numeric_limits<std::size_t>::max() / d.elem_size / std::size_t(p))
     return "count " + std::to_string(d.count) + " is too large: " + std::to_string(d.count) + " elements of " +
            std::to_string(d.elem_size) + " bytes on " + std::to_string(p) + " ranks overflow a 64-bit byte count";
-  const bool reads_input = d.kind != schedule::collective::broadcast || r == d.root;
-  const std::size_t want_in = d.input_bytes() / d.elem_size, want_out = d.output_bytes() / d.elem_size;
-  if (d.kind == schedule::collective::broadcast && (d.root < 0 || d.root >= p))
+  const bool reads_input = d.reads_input(r);
+  const std::size_t want_in = d.input_bytes(r) / d.elem_size, want_out = d.output_bytes(r) / d.elem_size;
+  if (schedule::has_root(d.kind) && (d.root < 0 || d.root >= p))
     return "root " + std::to_string(d.root) + " is outside a group of " + std::to_string(p);
   if (reads_input && in_count != want_in)
     return "the input holds " + std::to_string(in_count) + " elements but " + std::to_string(want_in) +
@@ -212,7 +226,7 @@ MIMATRIX_DECL plan_set engine_core::impl::build(const schedule::descriptor& d, b
   schedule::schedule mine = build(d, transport.rank, shared_device);
   if (!source.chooses && transport.rank == 0 && log_enabled(log_level::info))
     log(log_level::info, "rank 0: " + std::string(schedule::to_string(d.kind)) + " of " +
-                             std::to_string(std::max(d.input_bytes(), d.output_bytes())) + " bytes on " + std::to_string(d.size) + " ranks: " +
+                             std::to_string(d.largest_bytes()) + " bytes on " + std::to_string(d.size) + " ranks: " +
                              mine.algorithm + " (fixed by the collective's Algorithm), " +
                              std::to_string(mine.steps.size()) + " steps");
   plan_set p;

@@ -155,9 +155,9 @@ class simulation_check : public race_check {
     for (int r = 0; r < p_; ++r) {
       const auto& l = layouts_[std::size_t(r)];
       for (int a = 0; a < 3; ++a) memory_[std::size_t(r) * 3 + std::size_t(a)].resize(l.elems[a]);
-      if (desc_.kind == collective::broadcast && r != desc_.root) continue;  // input read on root only
+      if (!desc_.reads_input(r)) continue;  // a broadcast's input is read on its root only
       auto& in = array_of(r, buffer::input);
-      for (std::size_t e = 0; e < desc_.input_bytes() / es_; ++e)
+      for (std::size_t e = 0; e < desc_.input_bytes(r) / es_; ++e)
         in[l.base[0] + e] = {std::uint32_t(e), rank_sets::singleton(r), 0, true};
     }
 
@@ -228,11 +228,11 @@ class simulation_check : public race_check {
   // --- e) result -----------------------------------------------------------------------
   bool check_result() {
     const auto count = desc_.count;
-    const auto out_elems = desc_.output_bytes() / es_;
-    const bool reduces = desc_.kind == collective::allreduce || desc_.kind == collective::reduce_scatter;
+    const bool reduces = schedule::reduces(desc_.kind);
     for (int r = 0; r < p_; ++r) {
       const auto& a = array_of(r, buffer::output);
       const auto base = layouts_[std::size_t(r)].base[std::size_t(buffer::output)];
+      const auto out_elems = desc_.output_bytes(r) / es_;
       for (std::size_t e = 0; e < out_elems; ++e) {
         const auto& v = a[base + e];
         const auto what = [&] {
@@ -243,13 +243,23 @@ class simulation_check : public race_check {
         std::size_t origin = e;
         int only = -1;  // the one rank expected, or -1 for all ranks
         switch (desc_.kind) {
-          case collective::allreduce: break;
+          case collective::allreduce:
+          case collective::reduce: break;
           case collective::reduce_scatter: origin = std::size_t(r) * count + e; break;
           case collective::allgather:
+          case collective::gather:
             origin = e % count;
             only = int(e / count);
             break;
           case collective::broadcast: only = desc_.root; break;
+          case collective::scatter:
+            origin = std::size_t(r) * count + e;
+            only = desc_.root;
+            break;
+          case collective::alltoall:
+            origin = std::size_t(r) * count + e % count;
+            only = int(e / count);
+            break;
         }
         const int want_final = reduces ? 1 : 0;
         const bool set_ok = only < 0 ? sets_->count(v.set) == p_

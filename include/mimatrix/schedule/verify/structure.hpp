@@ -61,8 +61,8 @@ class structure_check {
   }
   std::size_t buffer_bytes(int rank, buffer b) const {
     switch (b) {
-      case buffer::input: return desc_.input_bytes();
-      case buffer::output: return desc_.output_bytes();
+      case buffer::input: return desc_.input_bytes(rank);
+      case buffer::output: return desc_.output_bytes(rank);
       case buffer::scratch: return group_[std::size_t(rank)].scratch_bytes;
     }
     return 0;
@@ -101,10 +101,12 @@ class structure_check {
       return fail("group has " + std::to_string(group_.size()) + " schedules but rank 0's descriptor (" +
                   to_string(desc_) + ") says size " + std::to_string(p_));
     if (es_ == 0) return fail("descriptor (" + to_string(desc_) + ") has elem_size 0");
-    if (desc_.kind == collective::broadcast && (desc_.root < 0 || desc_.root >= p_))
+    if (options_.in_place && !desc_.may_run_in_place())
+      return fail("descriptor (" + to_string(desc_) + ") never runs in place");
+    if (has_root(desc_.kind) && (desc_.root < 0 || desc_.root >= p_))
       return fail("descriptor (" + to_string(desc_) + ") has root out of range");
     constexpr auto max_elems = std::size_t(std::numeric_limits<std::uint32_t>::max());
-    if (desc_.input_bytes() / es_ >= max_elems || desc_.output_bytes() / es_ >= max_elems)
+    if (desc_.largest_bytes() / es_ >= max_elems)
       return fail("descriptor (" + to_string(desc_) + ") is too large to verify symbolically");
 
     offsets_.assign(std::size_t(p_) + 1, 0);
@@ -153,7 +155,7 @@ class structure_check {
       offsets_[std::size_t(r) + 1] = offsets_[std::size_t(r)] + n;
 
       auto& l = layouts_[std::size_t(r)];
-      const auto in = desc_.input_bytes() / es_, out = desc_.output_bytes() / es_;
+      const auto in = desc_.input_bytes(r) / es_, out = desc_.output_bytes(r) / es_;
       if (options_.in_place) {
         l.base[0] = desc_.in_place_input_offset(r) / es_;
         l.base[1] = desc_.in_place_output_offset(r) / es_;

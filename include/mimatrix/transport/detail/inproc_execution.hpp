@@ -225,7 +225,7 @@ class inproc_execution final : public step_executor {
                to_string(sig());
       else if (ps->kind == posted_kind::write && !lands_inside(ps->dst))
         what = "rank " + std::to_string(ps->source) + " wrote " + schedule::to_string(ps->dst) +
-               ", which is not inside this rank's output (" + std::to_string(plan().desc.output_bytes()) +
+               ", which is not inside this rank's output (" + std::to_string(plan().desc.output_bytes(plan().rank)) +
                " bytes) or scratch (" + std::to_string(plan().scratch_bytes) + " bytes)";
       else if (direct_ && ps->tag == direct_->tag(0) &&
                (ps->bytes != direct_->wanted_input_bytes() || ps->out_bytes != direct_->wanted_output_bytes()))
@@ -271,7 +271,7 @@ class inproc_execution final : public step_executor {
   }
 
   bool lands_inside(const schedule::region& r) const {
-    const std::size_t size = r.where == schedule::buffer::output    ? plan().desc.output_bytes()
+    const std::size_t size = r.where == schedule::buffer::output    ? plan().desc.output_bytes(plan().rank)
                              : r.where == schedule::buffer::scratch ? plan().scratch_bytes
                                                                     : 0;  // never the input
     return r.where != schedule::buffer::input && r.offset <= size && r.bytes <= size - r.offset;

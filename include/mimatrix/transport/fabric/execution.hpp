@@ -234,7 +234,7 @@ class execution final : public step_executor, private call {
   bool conclude() override {
     if (shared_ && (send_reads(), !reads_due_.empty())) return false;  // a sender waits for them
     if (plan().desc.kind == schedule::collective::broadcast && !find_untaken()) return false;
-    if (one_sided_ && plan().desc.output_bytes()) std::memcpy(user_output_, mem_.output, plan().desc.output_bytes());
+    if (const auto out = plan().desc.output_bytes(plan().rank); one_sided_ && out) std::memcpy(user_output_, mem_.output, out);
     give_back_memory();
     return true;
   }
@@ -342,7 +342,7 @@ class execution final : public step_executor, private call {
   /// writer finds any region of its target from its own schedule (every output is alike).
   void use_window();
 
-  std::size_t scratch_offset() const { return (plan().desc.output_bytes() + 63) / 64 * 64; }
+  std::size_t scratch_offset() const { return (plan().desc.output_bytes(plan().rank) + 63) / 64 * 64; }
 
   /// A write (or a notify: a write of nothing) into the peer's window, raising its flag.
   posted post_write(schedule::step_id id);

@@ -37,8 +37,8 @@ inline bool execution::register_device_buffers() {
     const char* name;
     const std::byte* data;
     std::size_t bytes;
-  } buffers[] = {{"input", mem_.input, d.input_bytes()},
-                 {"output", mem_.output, d.output_bytes()},
+  } buffers[] = {{"input", mem_.input, d.input_bytes(plan().rank)},
+                 {"output", mem_.output, d.output_bytes(plan().rank)},
                  {"scratch", mem_.scratch, mem_.scratch ? scratch_end() + slot_bytes_ * free_slots_.size() : 0}};
   for (const auto& b : buffers) {
     if (!b.data || !b.bytes) continue;

@@ -257,8 +257,8 @@ inline void execution::register_whole_buffers() {
   registration_cache& mr = ep_->registrations();
   if (hmem_) return;  // register_device_buffers(), which may fail the call
   if (!mr.required()) return;
-  mr.descriptor(mem_.input, plan().desc.input_bytes());
-  mr.descriptor(mem_.output, plan().desc.output_bytes());
+  mr.descriptor(mem_.input, plan().desc.input_bytes(plan().rank));
+  mr.descriptor(mem_.output, plan().desc.output_bytes(plan().rank));
   mr.descriptor(mem_.scratch, plan().scratch_bytes);
   mr.descriptor(staging_, slot_bytes_ * free_slots_.size());
 }

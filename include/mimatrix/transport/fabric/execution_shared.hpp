@@ -35,8 +35,8 @@ inline bool execution::export_buffers(device::port& port) {
     schedule::buffer where;
     const void* data;
     std::size_t bytes;
-  } buffers[] = {{schedule::buffer::input, mem_.input, d.input_bytes()},
-                 {schedule::buffer::output, mem_.output, d.output_bytes()},
+  } buffers[] = {{schedule::buffer::input, mem_.input, d.input_bytes(plan().rank)},
+                 {schedule::buffer::output, mem_.output, d.output_bytes(plan().rank)},
                  {schedule::buffer::scratch, mem_.scratch, plan().scratch_bytes}};
   for (const auto& b : buffers) {
     if (!b.data || !b.bytes) continue;

@@ -73,23 +73,28 @@ constexpr std::uint16_t epoch_digest(std::uint64_t sequence) {
   return static_cast<std::uint16_t>((sequence >> sequence_bits) * 0x9E37u);
 }
 
+/// The bits of a packed signature that hold the count (a count above is cut to them,
+/// and 2^39 elements are 512 GiB of bytes at least).
+constexpr int count_bits = 39;
+constexpr std::uint64_t count_mask = (std::uint64_t(1) << count_bits) - 1;
+
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
-/// carries: [63..48] root (broadcast) or the digests of the algorithm's name and of
+/// carries: [63..48] root (calls with one) or the digests of the algorithm's name and of
 /// `agreement` (the others), xor the tag's and the epoch's digests and the history of
-/// earlier broadcasts' roots | [47..45] dtype | [44..42] op | [41..40] kind | [39..0] count.
+/// earlier broadcasts' roots | [47..45] dtype | [44..42] op | [41..39] kind | [38..0] count.
 /// A receiver that finds another packing than its own knows its peer runs another call,
 /// or the same call by another algorithm, on another topology or with another tag, or
 /// after a broadcast whose root the two named differently, or that the message was left
 /// by the call 2^15 earlier. (A broadcast's algorithm is left to the start-up check of
 /// MIMATRIX_ALGO.)
 inline std::uint64_t pack(const signature& s, std::string_view algorithm, std::uint64_t agreement = 0) {
-  constexpr std::uint64_t count_mask = (std::uint64_t(1) << 40) - 1;
-  const std::uint16_t top = (s.kind == schedule::collective::broadcast
+  static_assert(schedule::collective_kinds <= 8, "the packing holds a kind in 3 bits");
+  const std::uint16_t top = (schedule::has_root(s.kind)
                                  ? std::uint16_t(s.root)
                                  : std::uint16_t(algorithm_digest(algorithm) ^ agreement_digest(agreement))) ^
                             tag_digest(s.tag) ^ epoch_digest(s.sequence) ^ s.history;
   return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
-         (std::uint64_t(s.kind) << 40) | (s.count & count_mask);
+         (std::uint64_t(s.kind) << count_bits) | (s.count & count_mask);
 }
 /// The part of a packed signature that names the call's shape, as `sequence`; a
 /// broadcast's root is read as if the peer's tag and history were `tag` and `history`.
@@ -98,11 +103,11 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_
   signature s;
   s.type = dtype((bits >> 45) & 7);
   s.op = reduce::op_kind((bits >> 42) & 7);
-  s.kind = schedule::collective((bits >> 40) & 3);
-  s.root = s.kind == schedule::collective::broadcast
+  s.kind = schedule::collective((bits >> count_bits) & 7);
+  s.root = schedule::has_root(s.kind)
                ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag) ^ epoch_digest(sequence) ^ history)
                : 0;
-  s.count = bits & ((std::uint64_t(1) << 40) - 1);
+  s.count = bits & count_mask;
   s.sequence = sequence;
   s.tag = tag;
   s.history = history;
@@ -145,7 +150,7 @@ inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mi
   // were told then).
   const std::string earlier_root =
       sig.history ? ", or after an earlier broadcast whose root it named otherwise than this rank" : "";
-  if (sig.kind == schedule::collective::broadcast) {
+  if (schedule::has_root(sig.kind)) {
     const std::string text = to_string(shape);
     return who + text.substr(0, text.rfind(", root")) + ") with another root or tag than this rank's (root " +
            std::to_string(sig.root) + ", tag " + tag + ")" + earlier_root +

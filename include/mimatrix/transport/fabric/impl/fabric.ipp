@@ -131,7 +131,7 @@ MIMATRIX_DECL schedule::policy fabric::suggested_policy() const { return {endpoi
 
 MIMATRIX_DECL bool fabric::runs_one_sided(const schedule::descriptor& d, std::size_t scratch_bytes) const {
   return d.kind != schedule::collective::broadcast && endpoint_->one_sided_usable() &&
-         (d.output_bytes() + 63) / 64 * 64 + scratch_bytes <= endpoint_->window_half_bytes();
+         (d.output_bytes(rank()) + 63) / 64 * 64 + scratch_bytes <= endpoint_->window_half_bytes();
 }
 
 MIMATRIX_DECL bool fabric::reaches_peers_device_memory(const device::stream& caller) const {

@@ -51,10 +51,9 @@ inline bool check_run(int cluster_ranks, const std::vector<std::shared_ptr<const
     if (const int given = plans[std::size_t(r)]->rank; given != r)
       fail(errc::invalid_argument, "rank " + std::to_string(r) + " is given rank " + std::to_string(given) +
                                        "'s schedule, which only a run without payload may share");
-    const bool reads = d.kind != schedule::collective::broadcast || r == d.root;
-    if (d.input_bytes() && reads && !inputs[std::size_t(r)])
+    if (d.input_bytes(r) && d.reads_input(r) && !inputs[std::size_t(r)])
       fail(errc::invalid_argument, "rank " + std::to_string(r) + "'s input is null (" + schedule::to_string(d) + ")");
-    if (d.output_bytes() && !outputs[std::size_t(r)])
+    if (d.output_bytes(r) && !outputs[std::size_t(r)])
       fail(errc::invalid_argument, "rank " + std::to_string(r) + "'s output is null (" + schedule::to_string(d) + ")");
   }
   return true;
