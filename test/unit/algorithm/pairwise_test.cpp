@@ -99,6 +99,19 @@ TEST(pairwise, alltoall_keeps_a_window_of_messages_in_flight) {
   EXPECT_EQ(free_recvs, 3);
 }
 
+// The proof bites: a rank that files two received blocks in each other's place is refused.
+TEST(pairwise, alltoall_with_blocks_swapped_is_refused) {
+  auto group = test::build_group(algorithm::pairwise{}, topology::ring{}, {collective::alltoall, 3, 2, 4, 0});
+  std::vector<schedule::step*> recvs;
+  for (auto& st : group[1].steps)
+    if (st.kind == schedule::step_kind::recv) recvs.push_back(&st);
+  ASSERT_EQ(recvs.size(), 2u);
+  std::swap(recvs[0]->dst, recvs[1]->dst);
+  const auto result = schedule::verify(group, {false});
+  EXPECT_FALSE(result);
+  EXPECT_NE(result.message.find("alltoall expects origin"), std::string::npos) << result.message;
+}
+
 // Alltoall only; the selector's predict follows (p-1)(α + n/p·β).
 TEST(pairwise, runs_alltoall_and_predicts_its_cost) {
   EXPECT_TRUE(algorithm::runs_collective<algorithm::pairwise>(collective::alltoall));
