@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/model/cost.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/topology/layout.hpp"
@@ -50,7 +51,8 @@ class bruck {
   schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
-    if (desc.count == 0 || desc.kind != schedule::collective::alltoall) return std::move(b).build();
+    if (!runs(desc.kind)) refuse_collective(name, desc.kind);
+    if (desc.count == 0) return std::move(b).build();
     build_alltoall(b);
     return std::move(b).build();
   }

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/algorithm/detail/partition.hpp"
 #include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/model/cost.hpp"
@@ -58,7 +59,8 @@ class pairwise {
   schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
-    if (desc.count == 0 || desc.kind != schedule::collective::alltoall) return std::move(b).build();
+    if (!runs(desc.kind)) refuse_collective(name, desc.kind);
+    if (desc.count == 0) return std::move(b).build();
     build_alltoall(b, detail::chunking{desc.count, detail::chunk_elems_for(tuning_, desc.elem_size)});
     return std::move(b).build();
   }

@@ -110,5 +110,17 @@ TEST(bruck, runs_alltoall_and_predicts_its_cost) {
   EXPECT_FALSE(algorithm::bruck{}.predict(net, {collective::broadcast, 5, 100, 4, 0}));
 }
 
+// Any other collective is refused with a sentence, even with nothing to move.
+TEST(bruck, other_collectives_are_refused) {
+  for (std::size_t n : {std::size_t(0), std::size_t(4)})
+    try {
+      (void)algorithm::bruck{}.build(topology::ring{}, {collective::allgather, 4, n, 4, 0}, 1);
+      ADD_FAILURE() << "no refusal";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), make_error_code(errc::invalid_argument));
+      EXPECT_NE(std::string(e.what()).find("bruck builds no allgather"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace mimatrix
