@@ -228,7 +228,7 @@ class simulation_check : public race_check {
   // --- e) result -----------------------------------------------------------------------
   bool check_result() {
     const auto count = desc_.count;
-    const bool reduces = schedule::reduces(desc_.kind);
+    const bool reduces = mimatrix::schedule::reduces(desc_.kind);
     for (int r = 0; r < p_; ++r) {
       const auto& a = array_of(r, buffer::output);
       const auto base = layouts_[std::size_t(r)].base[std::size_t(buffer::output)];
