@@ -2,9 +2,7 @@
 // reduce-scatter, then a binomial gather of the reduced blocks to the root.
 #pragma once
 
-#include <bit>
 #include <cstddef>
-#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <utility>

@@ -47,7 +47,8 @@ TEST_P(binomial_verified, every_collective_count_and_root) {
         for (int root : {0, 1 % p, p / 2, p - 1}) {
           const schedule::descriptor d{kind, p, n, elem_size, root};
           test::expect_proved(algorithm::binomial{}, topology::ring{}, d);
-          if (kind == collective::reduce && elem_size == 4 && p <= 17) test::expect_proved(chunked, topology::ring{}, d);
+          if (kind == collective::reduce && elem_size == 4 && p <= 17)
+            test::expect_proved(chunked, topology::ring{}, d);
           if (HasFatalFailure()) return;
         }
 }
