@@ -114,13 +114,41 @@ class collectives {
                                  const call_options& options = {}) {
     return core_.alltoall(input, output, count, type, options);
   }
-  /// The allreduce checked and planned once, to start many times on the same buffers
-  /// (MPI_Allreduce_init): persistent::start() is a fresh call's start without its checks
-  /// and plan lookup. It runs flat, also across hosts. An invalid argument throws here,
-  /// naming the rank, and starts no call.
+  /// Persistent calls (MPI_Allreduce_init, MPI_Start): each checked and planned once, to
+  /// start many times on the same buffers; persistent::start() is a fresh call's start
+  /// without its checks and plan lookup. Arguments as the plain call's. They run flat,
+  /// also across hosts. A bad argument throws here, naming the rank, and starts no call.
   [[nodiscard]] persistent allreduce_init(const void* input, void* output, std::size_t count, dtype type,
                                           reduce::op_kind op, const call_options& options = {}) {
     return core_.allreduce_init(input, output, count, type, op, options);
+  }
+  [[nodiscard]] persistent reduce_scatter_init(const void* input, void* output, std::size_t count, dtype type,
+                                               reduce::op_kind op, const call_options& options = {}) {
+    return core_.reduce_scatter_init(input, output, count, type, op, options);
+  }
+  [[nodiscard]] persistent allgather_init(const void* input, void* output, std::size_t count, dtype type,
+                                          const call_options& options = {}) {
+    return core_.allgather_init(input, output, count, type, options);
+  }
+  [[nodiscard]] persistent broadcast_init(const void* input, void* output, std::size_t count, dtype type, int root,
+                                          const call_options& options = {}) {
+    return core_.broadcast_init(input, output, count, type, root, options);
+  }
+  [[nodiscard]] persistent reduce_init(const void* input, void* output, std::size_t count, dtype type,
+                                       reduce::op_kind op, int root, const call_options& options = {}) {
+    return core_.reduce_init(input, output, count, type, op, root, options);
+  }
+  [[nodiscard]] persistent gather_init(const void* input, void* output, std::size_t count, dtype type, int root,
+                                       const call_options& options = {}) {
+    return core_.gather_init(input, output, count, type, root, options);
+  }
+  [[nodiscard]] persistent scatter_init(const void* input, void* output, std::size_t count, dtype type, int root,
+                                        const call_options& options = {}) {
+    return core_.scatter_init(input, output, count, type, root, options);
+  }
+  [[nodiscard]] persistent alltoall_init(const void* input, void* output, std::size_t count, dtype type,
+                                         const call_options& options = {}) {
+    return core_.alltoall_init(input, output, count, type, options);
   }
   /// Returns once every rank has entered it (an allreduce of one byte).
   void barrier(const call_options& options = {}) { core_.barrier(options); }

@@ -34,24 +34,22 @@ class collectives_core {
   MIMATRIX_DECL collectives_core(collectives_core&&) noexcept;
   MIMATRIX_DECL ~collectives_core();
 
-  MIMATRIX_DECL request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
-                                  const call_options& options);
-  MIMATRIX_DECL request reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
-                                       reduce::op_kind op, const call_options& options);
-  MIMATRIX_DECL request allgather(const void* input, void* output, std::size_t count, dtype type,
-                                  const call_options& options);
-  MIMATRIX_DECL request broadcast(const void* input, void* output, std::size_t count, dtype type, int root,
-                                  const call_options& options);
-  MIMATRIX_DECL request reduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
-                               int root, const call_options& options);
-  MIMATRIX_DECL request gather(const void* input, void* output, std::size_t count, dtype type, int root,
-                               const call_options& options);
-  MIMATRIX_DECL request scatter(const void* input, void* output, std::size_t count, dtype type, int root,
-                                const call_options& options);
-  MIMATRIX_DECL request alltoall(const void* input, void* output, std::size_t count, dtype type,
-                                 const call_options& options);
-  MIMATRIX_DECL persistent allreduce_init(const void* input, void* output, std::size_t count, dtype type,
-                                         reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL request allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL persistent allreduce_init(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL request reduce_scatter(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL persistent reduce_scatter_init(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL request allgather(const void* input, void* output, std::size_t count, dtype type, const call_options& options);
+  MIMATRIX_DECL persistent allgather_init(const void* input, void* output, std::size_t count, dtype type, const call_options& options);
+  MIMATRIX_DECL request broadcast(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL persistent broadcast_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL request reduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, int root, const call_options& options);
+  MIMATRIX_DECL persistent reduce_init(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, int root, const call_options& options);
+  MIMATRIX_DECL request gather(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL persistent gather_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL request scatter(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL persistent scatter_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL request alltoall(const void* input, void* output, std::size_t count, dtype type, const call_options& options);
+  MIMATRIX_DECL persistent alltoall_init(const void* input, void* output, std::size_t count, dtype type, const call_options& options);
   MIMATRIX_DECL void barrier(const call_options& options);
   /// This rank will not make its next call, which its peers make as a `kind`: each fails
   /// it at once with `invalid_argument` and `why`, rather than waiting out its deadline,

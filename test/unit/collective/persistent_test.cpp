@@ -41,6 +41,45 @@ TEST(persistent, each_start_reduces_what_the_buffers_hold_then_between_fresh_cal
   });
 }
 
+TEST(persistent, every_call_of_the_runtime_entry_has_one) {
+  constexpr int p = 3;
+  constexpr std::size_t n = 5;
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    std::vector<std::int32_t> one(n), whole(p * n), block(n);
+    const int root = 1;
+    persistent calls[] = {
+        coll.reduce_scatter_init(whole.data(), block.data(), n, dtype::int32, reduce::op_kind::sum),
+        coll.allgather_init(block.data(), whole.data(), n, dtype::int32),
+        coll.broadcast_init(one.data(), one.data(), n, dtype::int32, root),
+        coll.reduce_init(one.data(), block.data(), n, dtype::int32, reduce::op_kind::max, root),
+        coll.gather_init(one.data(), whole.data(), n, dtype::int32, root),
+        coll.scatter_init(whole.data(), one.data(), n, dtype::int32, root),
+        coll.alltoall_init(whole.data(), block.data() /* unused: replaced below */, 0, dtype::int32),
+    };
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i) + round;
+      calls[0]();  // block r of the sum
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(block[i], p * (std::int32_t(std::size_t(r) * n + i) + round));
+      calls[1]();  // every block back
+      for (std::size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(whole[i], p * (std::int32_t(i) + round));
+      for (std::size_t i = 0; i < n; ++i) one[i] = r == root ? std::int32_t(i) * round : -1;
+      calls[2]();
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(one[i], std::int32_t(i) * round);
+      for (std::size_t i = 0; i < n; ++i) one[i] = r + round;
+      calls[3]();
+      for (std::size_t i = 0; r == root && i < n; ++i) ASSERT_EQ(block[i], p - 1 + round);
+      calls[4]();
+      for (std::size_t i = 0; r == root && i < whole.size(); ++i) ASSERT_EQ(whole[i], std::int32_t(i / n) + round);
+      for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i) * 10 + round;
+      calls[5]();
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(one[i], std::int32_t(std::size_t(r) * n + i) * 10 + round);
+      calls[6]();  // an alltoall of nothing still takes its turn
+    }
+  });
+}
+
 TEST(persistent, a_typed_allreduce_prepares_one_too) {
   transport::run_inproc(4, [&](int r, inproc::world& w) {
     communicator<inproc> comm(w, r);

@@ -55,12 +55,57 @@ struct collectives_core::impl {
     return engines.emplace(std::move(name), std::move(made)).first->second;
   }
 
-  /// Starts `kind` with the engine of the call's algorithm; counts in elements of `type`.
-  request start(schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count,
-                int root, dtype type, reduce::op_kind op, const call_options& options) {
-    return engine(kind, options)
-        .start(kind, in, in_count, out, out_count, root, kernels(kind, type, op), options.timeout,
+  /// A call as the engine takes it: its buffers in elements of `type` on this rank.
+  struct call_shape {
+    schedule::collective kind;
+    const void* in;
+    std::size_t in_count;
+    void* out;
+    std::size_t out_count;
+    int root;
+    dtype type;
+    reduce::op_kind op;
+  };
+  call_shape allreduce_shape(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op) const {
+    return {schedule::collective::allreduce, input, count, output, count, 0, type, op};
+  }
+  call_shape reduce_scatter_shape(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op) const {
+    return {schedule::collective::reduce_scatter, input, count * size(), output, count, 0, type, op};
+  }
+  call_shape allgather_shape(const void* input, void* output, std::size_t count, dtype type) const {
+    return {schedule::collective::allgather, input, count, output, count * size(), 0, type, reduce::op_kind::sum};
+  }
+  call_shape broadcast_shape(const void* input, void* output, std::size_t count, dtype type, int root) const {
+    return {schedule::collective::broadcast, input, is(root) ? count : 0, output, count, root, type, reduce::op_kind::sum};
+  }
+  call_shape reduce_shape(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, int root) const {
+    return {schedule::collective::reduce, input, count, is(root) ? output : nullptr, is(root) ? count : 0, root, type, op};
+  }
+  call_shape gather_shape(const void* input, void* output, std::size_t count, dtype type, int root) const {
+    return {schedule::collective::gather, input, count, is(root) ? output : nullptr, is(root) ? count * size() : 0, root, type,
+            reduce::op_kind::sum};
+  }
+  call_shape scatter_shape(const void* input, void* output, std::size_t count, dtype type, int root) const {
+    return {schedule::collective::scatter, is(root) ? input : nullptr, is(root) ? count * size() : 0, output, count, root, type,
+            reduce::op_kind::sum};
+  }
+  call_shape alltoall_shape(const void* input, void* output, std::size_t count, dtype type) const {
+    return {schedule::collective::alltoall, input, count * size(), output, count * size(), 0, type, reduce::op_kind::sum};
+  }
+
+  /// Starts `c` with the engine of the call's algorithm.
+  request start(const call_shape& c, const call_options& options) {
+    return engine(c.kind, options)
+        .start(c.kind, c.in, c.in_count, c.out, c.out_count, c.root, kernels(c.kind, c.type, c.op), options.timeout,
                options.stream ? &*options.stream : nullptr, options.tag);
+  }
+  /// Checks and plans `c` once, for a persistent call; a bad argument throws here and
+  /// starts no call (the peers are not told).
+  persistent prepare(const call_shape& c, const call_options& options) {
+    const reduce::host_kernels& k = reduce::host_kernels_for(c.type, c.op);  // throws naming the bad one
+    engine_core& e = engine(c.kind, options);
+    return persistent(e, e.prepare(c.kind, c.in, c.in_count, c.out, c.out_count, c.root, k, options.timeout,
+                                   options.stream ? &*options.stream : nullptr, options.tag));
   }
   std::size_t size() const { return std::size_t(transport.size); }
   bool is(int rank) const { return transport.rank == rank; }
@@ -83,62 +128,68 @@ MIMATRIX_DECL collectives_core::collectives_core(collectives_core&&) noexcept = 
 MIMATRIX_DECL bool collectives_core::communicator_open() const { return !impl_->alive.expired(); }
 MIMATRIX_DECL collectives_core::~collectives_core() = default;
 
-MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type,
-                                                  reduce::op_kind op, const call_options& options) {
-  return impl_->start(schedule::collective::allreduce, input, count, output, count, 0, type, op, options);
+MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options) {
+  return impl_->start(impl_->allreduce_shape(input, output, count, type, op), options);
 }
 
-MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
-                                                       reduce::op_kind op, const call_options& options) {
-  return impl_->start(schedule::collective::reduce_scatter, input, count * impl_->size(), output, count, 0, type, op,
-                      options);
+MIMATRIX_DECL persistent collectives_core::allreduce_init(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options) {
+  return impl_->prepare(impl_->allreduce_shape(input, output, count, type, op), options);
 }
 
-MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type,
-                                                  const call_options& options) {
-  return impl_->start(schedule::collective::allgather, input, count, output, count * impl_->size(), 0, type,
-                      reduce::op_kind::sum, options);
+MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options) {
+  return impl_->start(impl_->reduce_scatter_shape(input, output, count, type, op), options);
 }
 
-MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type,
-                                                  int root, const call_options& options) {
-  return impl_->start(schedule::collective::broadcast, input, impl_->is(root) ? count : 0, output, count, root, type,
-                      reduce::op_kind::sum, options);
+MIMATRIX_DECL persistent collectives_core::reduce_scatter_init(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, const call_options& options) {
+  return impl_->prepare(impl_->reduce_scatter_shape(input, output, count, type, op), options);
 }
 
-MIMATRIX_DECL request collectives_core::reduce(const void* input, void* output, std::size_t count, dtype type,
-                                               reduce::op_kind op, int root, const call_options& options) {
-  return impl_->start(schedule::collective::reduce, input, count, impl_->is(root) ? output : nullptr,
-                      impl_->is(root) ? count : 0, root, type, op, options);
+MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type, const call_options& options) {
+  return impl_->start(impl_->allgather_shape(input, output, count, type), options);
 }
 
-MIMATRIX_DECL request collectives_core::gather(const void* input, void* output, std::size_t count, dtype type,
-                                               int root, const call_options& options) {
-  return impl_->start(schedule::collective::gather, input, count, impl_->is(root) ? output : nullptr,
-                      impl_->is(root) ? count * impl_->size() : 0, root, type, reduce::op_kind::sum, options);
+MIMATRIX_DECL persistent collectives_core::allgather_init(const void* input, void* output, std::size_t count, dtype type, const call_options& options) {
+  return impl_->prepare(impl_->allgather_shape(input, output, count, type), options);
 }
 
-MIMATRIX_DECL request collectives_core::scatter(const void* input, void* output, std::size_t count, dtype type,
-                                                int root, const call_options& options) {
-  return impl_->start(schedule::collective::scatter, impl_->is(root) ? input : nullptr,
-                      impl_->is(root) ? count * impl_->size() : 0, output, count, root, type, reduce::op_kind::sum,
-                      options);
+MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options) {
+  return impl_->start(impl_->broadcast_shape(input, output, count, type, root), options);
 }
 
-MIMATRIX_DECL request collectives_core::alltoall(const void* input, void* output, std::size_t count, dtype type,
-                                                 const call_options& options) {
-  return impl_->start(schedule::collective::alltoall, input, count * impl_->size(), output, count * impl_->size(), 0,
-                      type, reduce::op_kind::sum, options);
+MIMATRIX_DECL persistent collectives_core::broadcast_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options) {
+  return impl_->prepare(impl_->broadcast_shape(input, output, count, type, root), options);
 }
 
-MIMATRIX_DECL persistent collectives_core::allreduce_init(const void* input, void* output, std::size_t count,
-                                                          dtype type, reduce::op_kind op,
-                                                          const call_options& options) {
-  constexpr auto kind = schedule::collective::allreduce;
-  const reduce::host_kernels& kernels = reduce::host_kernels_for(type, op);  // throws naming the bad one
-  engine_core& engine = impl_->engine(kind, options);
-  return persistent(engine, engine.prepare(kind, input, count, output, count, 0, kernels, options.timeout,
-                                           options.stream ? &*options.stream : nullptr, options.tag));
+MIMATRIX_DECL request collectives_core::reduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, int root, const call_options& options) {
+  return impl_->start(impl_->reduce_shape(input, output, count, type, op, root), options);
+}
+
+MIMATRIX_DECL persistent collectives_core::reduce_init(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op, int root, const call_options& options) {
+  return impl_->prepare(impl_->reduce_shape(input, output, count, type, op, root), options);
+}
+
+MIMATRIX_DECL request collectives_core::gather(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options) {
+  return impl_->start(impl_->gather_shape(input, output, count, type, root), options);
+}
+
+MIMATRIX_DECL persistent collectives_core::gather_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options) {
+  return impl_->prepare(impl_->gather_shape(input, output, count, type, root), options);
+}
+
+MIMATRIX_DECL request collectives_core::scatter(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options) {
+  return impl_->start(impl_->scatter_shape(input, output, count, type, root), options);
+}
+
+MIMATRIX_DECL persistent collectives_core::scatter_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options) {
+  return impl_->prepare(impl_->scatter_shape(input, output, count, type, root), options);
+}
+
+MIMATRIX_DECL request collectives_core::alltoall(const void* input, void* output, std::size_t count, dtype type, const call_options& options) {
+  return impl_->start(impl_->alltoall_shape(input, output, count, type), options);
+}
+
+MIMATRIX_DECL persistent collectives_core::alltoall_init(const void* input, void* output, std::size_t count, dtype type, const call_options& options) {
+  return impl_->prepare(impl_->alltoall_shape(input, output, count, type), options);
 }
 
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
