@@ -87,6 +87,15 @@ T reduced_value(redop op, int nranks, std::size_t index) {
   return acc;
 }
 
+// Element `index` of the block rank `from` sends rank `to` in a gather, scatter or alltoall:
+// 1..101, exact in every dtype (bfloat16 holds integers to 256). 11 and 5 are prime to 101,
+// so a block that lands at the wrong rank or place differs (input_value, modulo 4, would
+// repeat whenever the block's count is a multiple of 4).
+template <class T>
+T block_value(int from, int to, std::size_t index) {
+  return static_cast<T>(1 + (static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 5 + index) % 101);
+}
+
 // A value no correct result takes, so a collective that writes nothing is caught.
 template <class T>
 T sentinel_value() { return static_cast<T>(-1.0f); }
@@ -155,6 +164,35 @@ inline std::size_t check_allgather(dtype t, void const* out, std::size_t count, 
 inline std::size_t check_broadcast(dtype t, void const* out, std::size_t count, redop op, int root) {
   return visit(t, [&]<class T>(type_tag<T>) {
     return count_wrong<T>(as<T>(out, count), op, [&](std::size_t i) { return input_value<T>(op, root, i); });
+  });
+}
+
+// reduce output on the root: an allreduce's (the other ranks' output is not checked).
+inline std::size_t check_reduce(dtype t, void const* out, std::size_t count, redop op, int nranks, int rank, int root) {
+  return rank == root ? check_allreduce(t, out, count, op, nranks) : 0;
+}
+
+// `blocks` blocks of `count` elements, block b holding block_value(ends(b).first,
+// ends(b).second, i): a gather's input (one block), a scatter's on the root, an alltoall's.
+template <class Ends>
+void fill_blocks(dtype t, void* buf, std::size_t count, std::size_t blocks, Ends ends) {
+  visit(t, [&]<class T>(type_tag<T>) {
+    std::span<T> const s = as<T>(buf, count * blocks);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      auto const [from, to] = ends(b);
+      for (std::size_t i = 0; i < count; ++i) s[b * count + i] = block_value<T>(from, to, i);
+    }
+  });
+}
+
+// Wrong elements of `blocks` blocks filled as fill_blocks fills them.
+template <class Ends>
+std::size_t check_blocks(dtype t, void const* out, std::size_t count, std::size_t blocks, Ends ends) {
+  return visit(t, [&]<class T>(type_tag<T>) {
+    return count_wrong<T>(as<T>(out, count * blocks), redop::sum, [&](std::size_t k) {
+      auto const [from, to] = ends(k / count);  // k < count * blocks: count > 0 here
+      return block_value<T>(from, to, k % count);
+    });
   });
 }
 
