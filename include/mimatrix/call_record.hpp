@@ -35,14 +35,15 @@ struct call_record {
 
   double seconds() const { return std::chrono::duration<double>(end - start).count(); }
   /// nccl-tests' bus bandwidth in GB/s: bytes / time, times 2(p-1)/p for allreduce,
-  /// (p-1)/p for reduce-scatter and allgather, 1 for broadcast.
+  /// (p-1)/p for reduce-scatter, allgather, gather, scatter and alltoall, 1 for broadcast
+  /// and reduce.
   double bus_bandwidth_gbps() const {
     const double t = seconds();
     if (t <= 0) return 0;
     const double p = size;
     const double factor = kind == schedule::collective::allreduce ? 2 * (p - 1) / p
-                          : kind == schedule::collective::broadcast ? 1.0
-                                                                     : (p - 1) / p;
+                          : kind == schedule::collective::broadcast || kind == schedule::collective::reduce ? 1.0
+                                                                                                            : (p - 1) / p;
     return double(bytes) / t / 1e9 * factor;
   }
 };

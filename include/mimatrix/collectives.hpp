@@ -36,7 +36,9 @@ namespace mimatrix {
 /// @endcode
 ///
 /// Counts follow NCCL: reduce_scatter's is the elements each rank receives, allgather's
-/// the elements each rank sends. An unknown dtype, op or algorithm, or an algorithm that
+/// the elements each rank sends; gather's, scatter's and alltoall's the elements of one
+/// rank's block (MPI's sendcount). Reduce, gather, scatter and alltoall run flat, also
+/// across hosts. An unknown dtype, op or algorithm, or an algorithm that
 /// does not run on `Topology`, is an `invalid_argument` naming the rank. With separate
 /// compilation, a topology other than ring, mesh and BiGraph needs
 /// "mimatrix/algorithm/automatic.hpp" included too.
@@ -86,6 +88,31 @@ class collectives {
       if (auto* across = across_hosts_for(options))
         return across->broadcast(core_, input, output, count, type, root, options);
     return core_.broadcast(input, output, count, type, root, options);
+  }
+  /// `output` (count elements) is written on `root` only; others may pass null. As
+  /// ncclReduce and MPI_Reduce.
+  [[nodiscard]] request reduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
+                               int root, const call_options& options = {}) {
+    return core_.reduce(input, output, count, type, op, root, options);
+  }
+  /// `root`'s `output` holds size() blocks of `count`, block j from rank j; others may pass
+  /// null. In place, the root's input is its own block of the output. As MPI_Gather.
+  [[nodiscard]] request gather(const void* input, void* output, std::size_t count, dtype type, int root,
+                               const call_options& options = {}) {
+    return core_.gather(input, output, count, type, root, options);
+  }
+  /// `root`'s `input` holds size() blocks of `count`, block j for rank j; others may pass
+  /// null. In place, the root's output is its own block of the input. As MPI_Scatter.
+  [[nodiscard]] request scatter(const void* input, void* output, std::size_t count, dtype type, int root,
+                                const call_options& options = {}) {
+    return core_.scatter(input, output, count, type, root, options);
+  }
+  /// `input` and `output` hold size() blocks of `count`: block j of the input goes to rank
+  /// j, block j of the output comes from rank j. Never in place. As MPI_Alltoall and
+  /// c10d's all_to_all_single with equal splits.
+  [[nodiscard]] request alltoall(const void* input, void* output, std::size_t count, dtype type,
+                                 const call_options& options = {}) {
+    return core_.alltoall(input, output, count, type, options);
   }
   /// Returns once every rank has entered it (an allreduce of one byte).
   void barrier(const call_options& options = {}) { core_.barrier(options); }

@@ -160,8 +160,17 @@ class basic_automatic {
   basic_automatic(automatic_settings settings, Candidates... candidates)
       : settings_(std::move(settings)), candidates_(std::move(candidates)...) {}
 
+  /// The collectives some candidate runs.
+  static constexpr bool runs(schedule::collective kind) { return (runs_collective<Candidates>(kind) || ...); }
+
   const automatic_settings& settings() const { return settings_; }
   void set_rules(selection rules) { settings_.rules = std::move(rules); }
+  /// `rules` pin a call's own algorithm (call_options::algorithm): one that does not run
+  /// a collective is refused for it rather than left to the model.
+  void pin(selection rules) {
+    set_rules(std::move(rules));
+    pinned_ = true;
+  }
   void set_network(const model::network& net) { settings_.network = net; }
 
   /// Every tunable candidate takes the suggestion; the cost model then pipelines with
@@ -200,7 +209,7 @@ class basic_automatic {
     std::vector<std::size_t> index;  // candidate position of each estimate
     estimate_each<Topology>(net, desc, d.candidates, index, std::index_sequence_for<Candidates...>{});
 
-    check_rules<Topology>(d.candidates);
+    check_rules<Topology>();
     const auto bytes = static_cast<std::uint64_t>(d.bytes);
     if (const selection_rule* rule = settings_.rules.match(desc.kind, bytes)) {
       for (std::size_t i = 0; i < d.candidates.size(); ++i)
@@ -211,7 +220,11 @@ class basic_automatic {
           d.rule = rule->text;
           return d;
         }
+      // A rule for every collective ("*:ring") leaves the calls its algorithm does not
+      // run to the model; one that names the call, or a call's own algorithm, may not.
+      if (rule->kind || pinned_) refuse_rule(*rule, desc.kind, d.candidates);
     }
+    if (d.candidates.empty()) refuse_rule({}, desc.kind, d.candidates);
     std::optional<std::size_t> best;
     for (std::size_t i = 0; i < d.candidates.size(); ++i)
       if (d.candidates[i].seconds && (!best || *d.candidates[i].seconds < *d.candidates[*best].seconds)) best = i;
@@ -234,7 +247,8 @@ class basic_automatic {
   decision decide_on_shared_device(const Topology& topo, const schedule::descriptor& desc) const {
     decision d = decide(topo, desc);
     if constexpr (gdraa_index < sizeof...(Candidates)) {
-      const bool pays = desc.size > (desc.kind == schedule::collective::allreduce ? 1 : 2);
+      const bool pays = desc.size > (desc.kind == schedule::collective::allreduce ? 1 : 2) &&
+                        runs_collective<gdraa>(desc.kind);
       if (pays && d.why != decision::reason::override) {
         d.topology = topology::mesh::name;
         d.chosen = gdraa::name;
@@ -304,6 +318,7 @@ class basic_automatic {
     const auto one = [&]<std::size_t K>() {
       using C = candidate<K>;
       if constexpr (builds_for<C, Topology>) {
+        if (!runs_collective<C>(desc.kind)) return;
         std::optional<double> seconds;
         if constexpr (predicts_cost<C>) seconds = std::get<K>(candidates_).predict(net, desc);
         else seconds = model::predict(C::name, net, desc);
@@ -327,14 +342,15 @@ class basic_automatic {
   /// Every rule must name a candidate that runs here, so a typo fails on the first call
   /// rather than when its size range first comes up.
   template <class Topology>
-  void check_rules(const std::vector<decision::estimate>& usable) const {
+  void check_rules() const {
+    const std::vector<std::string_view> usable = candidates_for<Topology>();
     for (std::size_t k = 0; k < settings_.rules.rules().size(); ++k) {
       const selection_rule& rule = settings_.rules.rules()[k];
       bool ok = false;
-      for (const auto& e : usable) ok = ok || e.algorithm == rule.algorithm;
+      for (std::string_view e : usable) ok = ok || e == rule.algorithm;
       if (ok) continue;
       std::string known;
-      for (const auto& e : usable) known += (known.empty() ? "" : ", ") + std::string(e.algorithm);
+      for (std::string_view e : usable) known += (known.empty() ? "" : ", ") + std::string(e);
       std::string topology = "this topology";
       if constexpr (requires { Topology::name; }) topology = "topology " + std::string(Topology::name);
       throw error(errc::invalid_argument, "MIMATRIX_ALGO: rule " + std::to_string(k + 1) + " '" + rule.text +
@@ -343,12 +359,25 @@ class basic_automatic {
     }
   }
 
+  /// `rule` (none: the model's choice) picks no candidate that runs `kind`.
+  [[noreturn]] static void refuse_rule(const std::optional<selection_rule>& rule, schedule::collective kind,
+                                       const std::vector<decision::estimate>& running) {
+    std::string known;
+    for (const auto& e : running) known += (known.empty() ? "" : ", ") + std::string(e.algorithm);
+    const std::string call(schedule::to_string(kind));
+    if (!rule)
+      throw error(errc::invalid_argument, "no candidate algorithm of this automatic runs " + call);
+    throw error(errc::invalid_argument, "algorithm '" + rule->algorithm + "' (" + rule->text + ") does not run " +
+                                            call + "; those that do here: " + (known.empty() ? "none" : known));
+  }
+
   template <class C>
   static void fill(C& candidate, const policy& suggested) {
     if constexpr (tunable<C>) candidate.complete_policy(suggested);
   }
 
   automatic_settings settings_;
+  bool pinned_ = false;  // the rules are a call's own algorithm (call_options::algorithm)
   std::tuple<Candidates...> candidates_;
 };
 

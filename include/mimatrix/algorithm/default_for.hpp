@@ -3,8 +3,10 @@
 #pragma once
 
 #include <concepts>
+#include <string>
 #include <string_view>
 
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 
 namespace mimatrix::algorithm {
@@ -27,6 +29,13 @@ constexpr bool runs_collective(schedule::collective kind) {
   else
     return kind == schedule::collective::allreduce || kind == schedule::collective::reduce_scatter ||
            kind == schedule::collective::allgather || kind == schedule::collective::broadcast;
+}
+
+/// For a direct build() of a collective that `algorithm` does not run (automatic and the
+/// typed collectives ask runs_collective first): an invalid_argument naming both.
+[[noreturn]] inline void refuse_collective(std::string_view algorithm, schedule::collective kind) {
+  throw error(errc::invalid_argument, "algorithm " + std::string(algorithm) + " builds no " +
+                                          std::string(schedule::to_string(kind)) + " schedule");
 }
 
 /// `Algorithm` generates schedules on `Topology`.

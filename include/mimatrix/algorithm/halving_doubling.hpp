@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/algorithm/detail/fold.hpp"
 #include "mimatrix/algorithm/detail/partition.hpp"
 #include "mimatrix/algorithm/policy.hpp"
@@ -427,6 +428,7 @@ class halving_doubling {
         break;
       case schedule::collective::allgather: detail::build_hd_allgather(b, detail::fold(desc.size, order), chunk); break;
       case schedule::collective::broadcast: detail::build_hd_broadcast(b, order, chunk); break;
+      default: refuse_collective(name, desc.kind);
     }
     return std::move(b).build();
   }

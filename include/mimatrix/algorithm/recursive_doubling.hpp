@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/algorithm/detail/fold.hpp"
 #include "mimatrix/algorithm/halving_doubling.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -65,6 +66,7 @@ class recursive_doubling {
       case schedule::collective::reduce_scatter: detail::build_hd_reduce_scatter(b, f, whole); break;
       case schedule::collective::allgather: detail::build_hd_allgather(b, f, whole); break;
       case schedule::collective::broadcast: build_broadcast(b); break;
+      default: refuse_collective(name, desc.kind);
     }
     return std::move(b).build();
   }

@@ -39,7 +39,8 @@ struct selection_rule {
 ///
 ///   rules      := rule (';' rule)*
 ///   rule       := collective ['@' range] ':' algorithm
-///   collective := allreduce | reduce_scatter | allgather | broadcast | '*'
+///   collective := allreduce | reduce_scatter | allgather | broadcast | reduce | gather
+///                 | scatter | alltoall | '*'
 ///   range      := size | size '-' size | size '-' | '-' size     (bytes, both ends included)
 ///   size       := digits [K | M | G]                              (powers of 1024)
 ///
@@ -136,13 +137,14 @@ class selection {
       head = trim(head.substr(0, at));
     }
     const std::string kind = lower(head);
-    if (kind == "allreduce") r.kind = schedule::collective::allreduce;
-    else if (kind == "reduce_scatter") r.kind = schedule::collective::reduce_scatter;
-    else if (kind == "allgather") r.kind = schedule::collective::allgather;
-    else if (kind == "broadcast") r.kind = schedule::collective::broadcast;
-    else if (kind != "*")
-      fail(source, index, rule, "'" + std::string(head) +
-                                    "' is not a collective; expected allreduce, reduce_scatter, allgather, broadcast or *");
+    std::string known;
+    for (int k = 0; k < schedule::collective_kinds; ++k) {
+      const auto c = static_cast<schedule::collective>(k);
+      if (kind == schedule::to_string(c)) r.kind = c;
+      known += std::string(schedule::to_string(c)) + ", ";
+    }
+    if (!r.kind && kind != "*")
+      fail(source, index, rule, "'" + std::string(head) + "' is not a collective; expected " + known + "or *");
     if (range) r.bytes = parse_range(*range, rule, index, source);
     return r;
   }

@@ -145,7 +145,7 @@ schedule_source automatic_on(const void* topology, const std::string& pinned, in
                                               "' is unknown or does not run on this topology, which runs " + list +
                                               " (empty or 'automatic': the cost model chooses)");
     using rules = std::remove_cvref_t<decltype(chooser.settings().rules)>;
-    chooser.set_rules(rules::parse("*:" + pinned, "call_options::algorithm"));
+    chooser.pin(rules::parse("*:" + pinned, "call_options::algorithm"));
   }
   return bind_algorithm(*static_cast<const Topology*>(topology), std::move(chooser), size, suggested);
 }

@@ -1,5 +1,5 @@
 // The plain part of the runtime-typed collectives (collectives.hpp): the kernels of a
-// (dtype, op), one engine per algorithm name, and the four calls. Compiled once; what
+// (dtype, op), one engine per algorithm name, and the calls. Compiled once; what
 // depends on the topology comes in as an automatic_source.
 #pragma once
 
@@ -41,6 +41,14 @@ class collectives_core {
                                   const call_options& options);
   MIMATRIX_DECL request broadcast(const void* input, void* output, std::size_t count, dtype type, int root,
                                   const call_options& options);
+  MIMATRIX_DECL request reduce(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op,
+                               int root, const call_options& options);
+  MIMATRIX_DECL request gather(const void* input, void* output, std::size_t count, dtype type, int root,
+                               const call_options& options);
+  MIMATRIX_DECL request scatter(const void* input, void* output, std::size_t count, dtype type, int root,
+                                const call_options& options);
+  MIMATRIX_DECL request alltoall(const void* input, void* output, std::size_t count, dtype type,
+                                 const call_options& options);
   MIMATRIX_DECL void barrier(const call_options& options);
   /// This rank will not make its next call, which its peers make as a `kind`: each fails
   /// it at once with `invalid_argument` and `why`, rather than waiting out its deadline,

@@ -54,6 +54,7 @@ class direct_collective {
       case collective::allgather: return waits == 2;
       case collective::broadcast:  // build()'s root waits for nothing, its others for one write
         return waits == (plan.rank == plan.desc.root ? 1 : 2) && notifies == plan.desc.size - 1;
+      default: return false;  // GDRAA runs the four above only
     }
     return false;
   }

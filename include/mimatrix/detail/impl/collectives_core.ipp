@@ -55,6 +55,16 @@ struct collectives_core::impl {
     return engines.emplace(std::move(name), std::move(made)).first->second;
   }
 
+  /// Starts `kind` with the engine of the call's algorithm; counts in elements of `type`.
+  request start(schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count,
+                int root, dtype type, reduce::op_kind op, const call_options& options) {
+    return engine(kind, options)
+        .start(kind, in, in_count, out, out_count, root, kernels(kind, type, op), options.timeout,
+               options.stream ? &*options.stream : nullptr, options.tag);
+  }
+  std::size_t size() const { return std::size_t(transport.size); }
+  bool is(int rank) const { return transport.rank == rank; }
+
   communicator_state& comm;
   std::weak_ptr<const void> alive;  // comm's
   transport_face transport;
@@ -75,29 +85,50 @@ MIMATRIX_DECL collectives_core::~collectives_core() = default;
 
 MIMATRIX_DECL request collectives_core::allreduce(const void* input, void* output, std::size_t count, dtype type,
                                                   reduce::op_kind op, const call_options& options) {
-  return impl_->engine(schedule::collective::allreduce, options).start(schedule::collective::allreduce, input, count, output, count, 0,
-                                      impl_->kernels(schedule::collective::allreduce, type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+  return impl_->start(schedule::collective::allreduce, input, count, output, count, 0, type, op, options);
 }
 
 MIMATRIX_DECL request collectives_core::reduce_scatter(const void* input, void* output, std::size_t count, dtype type,
                                                        reduce::op_kind op, const call_options& options) {
-  return impl_->engine(schedule::collective::reduce_scatter, options).start(schedule::collective::reduce_scatter, input,
-                                      count * std::size_t(impl_->transport.size), output, count, 0,
-                                      impl_->kernels(schedule::collective::reduce_scatter, type, op), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+  return impl_->start(schedule::collective::reduce_scatter, input, count * impl_->size(), output, count, 0, type, op,
+                      options);
 }
 
 MIMATRIX_DECL request collectives_core::allgather(const void* input, void* output, std::size_t count, dtype type,
                                                   const call_options& options) {
-  return impl_->engine(schedule::collective::allgather, options).start(schedule::collective::allgather, input, count, output,
-                                      count * std::size_t(impl_->transport.size), 0,
-                                      impl_->kernels(schedule::collective::allgather, type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+  return impl_->start(schedule::collective::allgather, input, count, output, count * impl_->size(), 0, type,
+                      reduce::op_kind::sum, options);
 }
 
 MIMATRIX_DECL request collectives_core::broadcast(const void* input, void* output, std::size_t count, dtype type,
                                                   int root, const call_options& options) {
-  return impl_->engine(schedule::collective::broadcast, options).start(schedule::collective::broadcast, input,
-                                      impl_->transport.rank == root ? count : 0, output, count, root,
-                                      impl_->kernels(schedule::collective::broadcast, type, reduce::op_kind::sum), options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
+  return impl_->start(schedule::collective::broadcast, input, impl_->is(root) ? count : 0, output, count, root, type,
+                      reduce::op_kind::sum, options);
+}
+
+MIMATRIX_DECL request collectives_core::reduce(const void* input, void* output, std::size_t count, dtype type,
+                                               reduce::op_kind op, int root, const call_options& options) {
+  return impl_->start(schedule::collective::reduce, input, count, impl_->is(root) ? output : nullptr,
+                      impl_->is(root) ? count : 0, root, type, op, options);
+}
+
+MIMATRIX_DECL request collectives_core::gather(const void* input, void* output, std::size_t count, dtype type,
+                                               int root, const call_options& options) {
+  return impl_->start(schedule::collective::gather, input, count, impl_->is(root) ? output : nullptr,
+                      impl_->is(root) ? count * impl_->size() : 0, root, type, reduce::op_kind::sum, options);
+}
+
+MIMATRIX_DECL request collectives_core::scatter(const void* input, void* output, std::size_t count, dtype type,
+                                                int root, const call_options& options) {
+  return impl_->start(schedule::collective::scatter, impl_->is(root) ? input : nullptr,
+                      impl_->is(root) ? count * impl_->size() : 0, output, count, root, type, reduce::op_kind::sum,
+                      options);
+}
+
+MIMATRIX_DECL request collectives_core::alltoall(const void* input, void* output, std::size_t count, dtype type,
+                                                 const call_options& options) {
+  return impl_->start(schedule::collective::alltoall, input, count * impl_->size(), output, count * impl_->size(), 0,
+                      type, reduce::op_kind::sum, options);
 }
 
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {

@@ -228,7 +228,7 @@ class simulation_check : public race_check {
   // --- e) result -----------------------------------------------------------------------
   bool check_result() {
     const auto count = desc_.count;
-    const bool reduces = schedule::reduces(desc_.kind);
+    const bool reduced = reduces(desc_.kind);
     for (int r = 0; r < p_; ++r) {
       const auto& a = array_of(r, buffer::output);
       const auto base = layouts_[std::size_t(r)].base[std::size_t(buffer::output)];
@@ -261,13 +261,13 @@ class simulation_check : public race_check {
             only = int(e / count);
             break;
         }
-        const int want_final = reduces ? 1 : 0;
+        const int want_final = reduced ? 1 : 0;
         const bool set_ok = only < 0 ? sets_->count(v.set) == p_
                                      : sets_->count(v.set) == 1 && sets_->contains(v.set, only);
         if (v.origin == origin && set_ok && v.finalized == want_final) continue;
         return fail(what() + ": " + std::string(to_string(desc_.kind)) + " expects origin " + std::to_string(origin) +
                     ", ranks " + (only < 0 ? "all " + std::to_string(p_) : "{" + std::to_string(only) + "}") +
-                    ", finalized " + (reduces ? "once" : "0 times") + "; got origin " +
+                    ", finalized " + (reduced ? "once" : "0 times") + "; got origin " +
                     std::to_string(v.origin) + ", ranks " + sets_->describe(v.set) + ", finalized " +
                     std::to_string(v.finalized) + " times");
       }
