@@ -9,6 +9,7 @@
 #include "mimatrix/communicator.hpp"
 #include "mimatrix/detail/collective_engine.hpp"
 #include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/persistent.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/topology/layout.hpp"
 #include "mimatrix/transport/backend.hpp"
@@ -47,6 +48,12 @@ class allreduce {
   /// In place.
   [[nodiscard]] request start(std::span<value_type> data, const call_options& options = {}) {
     return start(data, data, options);
+  }
+  /// Checked and planned once, to start many times on these buffers (MPI_Allreduce_init).
+  [[nodiscard]] persistent prepare(std::span<const value_type> input, std::span<value_type> output,
+                                   const call_options& options = {}) {
+    return engine_.prepare(schedule::collective::allreduce, input.data(), input.size(), output.data(), output.size(),
+                           0, op_, options);
   }
 
   void operator()(std::span<const value_type> input, std::span<value_type> output) { start(input, output).wait(); }

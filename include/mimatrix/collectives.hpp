@@ -114,6 +114,14 @@ class collectives {
                                  const call_options& options = {}) {
     return core_.alltoall(input, output, count, type, options);
   }
+  /// The allreduce checked and planned once, to start many times on the same buffers
+  /// (MPI_Allreduce_init): persistent::start() is a fresh call's start without its checks
+  /// and plan lookup. It runs flat, also across hosts. An invalid argument throws here,
+  /// naming the rank, and starts no call.
+  [[nodiscard]] persistent allreduce_init(const void* input, void* output, std::size_t count, dtype type,
+                                          reduce::op_kind op, const call_options& options = {}) {
+    return core_.allreduce_init(input, output, count, type, op, options);
+  }
   /// Returns once every rank has entered it (an allreduce of one byte).
   void barrier(const call_options& options = {}) { core_.barrier(options); }
 

@@ -17,6 +17,7 @@
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/persistent.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/topology/layout.hpp"
@@ -74,16 +75,29 @@ class collective_engine {
   request start(schedule::collective kind, const typename Op::value_type* in, std::size_t in_count,
                 typename Op::value_type* out, std::size_t out_count, int root, const Op&,
                 const call_options& options = {}) {
-    if (!options.pinned_algorithm().empty())  // before the call takes a sequence number: ranks stay in step
+    refuse_pinned(options);  // before the call takes a sequence number: ranks stay in step
+    return core_.start(kind, in, in_count, out, out_count, root, kernels_of<Op>(), options.timeout,
+                       options.stream ? &*options.stream : nullptr, options.tag);
+  }
+  /// The call checked and planned once, to start many times (persistent).
+  template <reduce::operation Op>
+  persistent prepare(schedule::collective kind, const typename Op::value_type* in, std::size_t in_count,
+                     typename Op::value_type* out, std::size_t out_count, int root, const Op&,
+                     const call_options& options = {}) {
+    refuse_pinned(options);
+    return persistent(core_, core_.prepare(kind, in, in_count, out, out_count, root, kernels_of<Op>(), options.timeout,
+                                           options.stream ? &*options.stream : nullptr, options.tag));
+  }
+
+ private:
+  void refuse_pinned(const call_options& options) const {
+    if (!options.pinned_algorithm().empty())
       throw error(errc::invalid_argument, "rank " + std::to_string(rank_) +
                                               ": a typed collective runs the algorithm of its type; "
                                               "call_options::algorithm ('" + options.algorithm +
                                               "') is for collectives<>");
-    return core_.start(kind, in, in_count, out, out_count, root, kernels_of<Op>(), options.timeout,
-                       options.stream ? &*options.stream : nullptr, options.tag);
   }
 
- private:
   communicator<Transport>& comm_;
   int rank_, size_;
   engine_core core_;

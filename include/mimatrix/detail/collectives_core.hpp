@@ -13,6 +13,7 @@
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/engine_core.hpp"
 #include "mimatrix/reduce/ops.hpp"
+#include "mimatrix/persistent.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/schedule/policy.hpp"
 
@@ -49,6 +50,8 @@ class collectives_core {
                                 const call_options& options);
   MIMATRIX_DECL request alltoall(const void* input, void* output, std::size_t count, dtype type,
                                  const call_options& options);
+  MIMATRIX_DECL persistent allreduce_init(const void* input, void* output, std::size_t count, dtype type,
+                                         reduce::op_kind op, const call_options& options);
   MIMATRIX_DECL void barrier(const call_options& options);
   /// This rank will not make its next call, which its peers make as a `kind`: each fails
   /// it at once with `invalid_argument` and `why`, rather than waiting out its deadline,

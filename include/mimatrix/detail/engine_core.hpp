@@ -61,6 +61,10 @@ struct schedule_source {
   schedule::schedule (*build_on_shared_device)(const void* bound, const schedule::descriptor& d, int rank) = nullptr;
 };
 
+/// A call checked and planned once, for a persistent call to start many times
+/// (engine_core::prepare).
+struct prepared_call;
+
 /// @par Thread Safety
 /// As its communicator: one thread at a time.
 class engine_core {
@@ -78,6 +82,16 @@ class engine_core {
                               std::size_t out_count, int root, const reduce::host_kernels& kernels,
                               std::optional<std::chrono::milliseconds> timeout = std::nullopt,
                               const device::stream* stream = nullptr, std::uint32_t tag = 0, bool barrier = false);
+
+  /// Checks the arguments and plans the call once, as MPI_Allreduce_init: start(prepared)
+  /// then skips the checks, the plan lookup and the choice of plan. Throws
+  /// invalid_argument naming the rank; no call is started, so the peers are not told.
+  MIMATRIX_DECL std::shared_ptr<const prepared_call> prepare(
+      schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count, int root,
+      const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+      const device::stream* stream = nullptr, std::uint32_t tag = 0);
+  /// Starts a prepared call, as MPI_Start: a new sequence number, the same buffers.
+  MIMATRIX_DECL request start(const prepared_call& call);
 
  private:
   struct impl;

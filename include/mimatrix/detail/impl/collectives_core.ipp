@@ -131,6 +131,16 @@ MIMATRIX_DECL request collectives_core::alltoall(const void* input, void* output
                       type, reduce::op_kind::sum, options);
 }
 
+MIMATRIX_DECL persistent collectives_core::allreduce_init(const void* input, void* output, std::size_t count,
+                                                          dtype type, reduce::op_kind op,
+                                                          const call_options& options) {
+  constexpr auto kind = schedule::collective::allreduce;
+  const reduce::host_kernels& kernels = reduce::host_kernels_for(type, op);  // throws naming the bad one
+  engine_core& engine = impl_->engine(kind, options);
+  return persistent(engine, engine.prepare(kind, input, count, output, count, 0, kernels, options.timeout,
+                                           options.stream ? &*options.stream : nullptr, options.tag));
+}
+
 MIMATRIX_DECL void collectives_core::barrier(const call_options& options) {
   std::uint8_t in = 0, out = 0;
   try {

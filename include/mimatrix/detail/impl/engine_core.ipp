@@ -39,6 +39,31 @@ inline std::size_t block_count(schedule::collective kind, int size, std::size_t 
   }
 }
 
+/// A call checked and planned (engine_core::prepare), or one being started.
+struct prepared_call {
+  schedule::collective kind;
+  const void* in;
+  std::size_t in_count;
+  void* out;
+  std::size_t out_count;
+  int root;
+  const reduce::host_kernels* kernels;
+  std::optional<std::chrono::milliseconds> timeout;
+  const device::stream* stream;
+  std::uint32_t tag;
+  bool barrier;
+  std::shared_ptr<const schedule::schedule> plan{};
+  bool lowered = false;  // plan is the lowering of one-sided steps
+  std::optional<device::stream> owned_stream{};  // a persistent call's copy of the caller's
+
+  bool rooted() const { return schedule::has_root(kind); }
+  /// A root that only sends (broadcast, scatter) learns of a disagreement at a later call.
+  bool sending_root() const { return kind == schedule::collective::broadcast || kind == schedule::collective::scatter; }
+  schedule::descriptor descriptor(int size) const {
+    return {kind, size, block_count(kind, size, in_count, out_count), kernels->elem_size, rooted() ? root : 0};
+  }
+};
+
 struct engine_core::impl {
   impl(communicator_state& c, const transport_face& t, schedule_source s)
       : comm(c), alive(c.liveness()), transport(t), source(std::move(s)), owner(c.plans().new_owner()),
@@ -46,6 +71,16 @@ struct engine_core::impl {
 
   std::optional<std::string> check(const schedule::descriptor& d, const void* in, std::size_t in_count, void* out,
                                    std::size_t out_count) const;
+  /// What is wrong with `call`'s arguments, if anything.
+  std::optional<std::string> problem(const prepared_call& call, const schedule::descriptor& desc) const;
+  /// Takes the call's sequence number (and the history of broadcast roots) and signs it.
+  signature take_signature(const prepared_call& call);
+  /// Tells the peers this rank will not run `call`, and throws `why` as invalid_argument.
+  [[noreturn]] void refuse(const prepared_call& call, const signature& sig, const std::string& why);
+  /// Starts planned `call` as the call `sig` names: in the flight record and before the
+  /// call hooks where they are on (`began`: when the caller called).
+  request launch(const prepared_call& call, const signature& sig, const schedule::descriptor& desc,
+                 std::chrono::steady_clock::time_point began);
   /// Whether a call on `stream` takes the schedules built for device memory that every
   /// peer reaches (schedule_source::build_on_shared_device). Alike on every rank.
   bool on_shared_device(const device::stream* stream) const {
@@ -90,91 +125,140 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
                                          const device::stream* stream, std::uint32_t tag, bool barrier) {
   transport::dump_request::serve_if_raised();  // a signal's dump, before this call enters the record
   impl& e = *impl_;
-  const transport_face& t = e.transport;
-  refuse_if_destroyed(e.alive, t.rank, schedule::to_string(kind));
-  const std::size_t count = block_count(kind, t.size, in_count, out_count);
-  const bool rooted = schedule::has_root(kind);
-  // A root that only sends (broadcast, scatter) learns of a disagreement at a later call.
-  const bool sending_root = kind == schedule::collective::broadcast || kind == schedule::collective::scatter;
-  const std::uint64_t sequence = e.comm.take_sequence(t.rank, t.progress);
-  const std::uint16_t history = e.comm.take_history(sending_root ? root : -1, sequence);
-  const signature sig{kind, kernels.op, kernels.type, count, rooted ? root : 0, sequence, tag, history};
-  const schedule::descriptor desc{kind, t.size, count, kernels.elem_size, sig.root};
-  auto why = e.check(desc, in, in_count, out, out_count);
-  if (!why && stream && !stream->device) why = "the device::stream names no device port";
-  if (!why && stream) why = device_buffer_problem(*stream->device, desc, t.rank, in, out);
-  if (!why && timeout && timeout->count() <= 0)
-    why = "call_options::timeout is " + std::to_string(timeout->count()) +
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(kind));
+  const auto began = e.comm.call_hooks().empty() ? std::chrono::steady_clock::time_point{}
+                                                 : std::chrono::steady_clock::now();
+  prepared_call call{kind, in, in_count, out, out_count, root, &kernels, timeout, stream, tag, barrier};
+  const signature sig = e.take_signature(call);
+  const schedule::descriptor desc = call.descriptor(e.transport.size);
+  if (auto why = e.problem(call, desc)) e.refuse(call, sig, *why);
+  const plan_set& plans = e.plan_for(desc, e.on_shared_device(stream));
+  call.plan = e.pick(plans, desc, stream);
+  call.lowered = plans.lowered && call.plan == plans.lowered;
+  return e.launch(call, sig, desc, began);
+}
+
+MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare(
+    schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count, int root,
+    const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout,
+    const device::stream* stream, std::uint32_t tag) {
+  impl& e = *impl_;
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(kind));
+  auto call = std::make_shared<prepared_call>(
+      prepared_call{kind, in, in_count, out, out_count, root, &kernels, timeout, nullptr, tag, false});
+  if (stream) call->stream = &call->owned_stream.emplace(*stream);
+  const schedule::descriptor desc = call->descriptor(e.transport.size);
+  if (auto why = e.problem(*call, desc))  // no call is started: the peers are not told
+    throw error(errc::invalid_argument, "rank " + std::to_string(e.transport.rank) + ", a persistent " +
+                                            std::string(schedule::to_string(kind)) + ": " + *why);
+  const plan_set& plans = e.plan_for(desc, e.on_shared_device(call->stream));
+  call->plan = e.pick(plans, desc, call->stream);
+  call->lowered = plans.lowered && call->plan == plans.lowered;
+  return call;
+}
+
+MIMATRIX_DECL request engine_core::start(const prepared_call& call) {
+  transport::dump_request::serve_if_raised();
+  impl& e = *impl_;
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(call.kind));
+  const auto began = e.comm.call_hooks().empty() ? std::chrono::steady_clock::time_point{}
+                                                 : std::chrono::steady_clock::now();
+  const signature sig = e.take_signature(call);
+  return e.launch(call, sig, call.descriptor(e.transport.size), began);
+}
+
+MIMATRIX_DECL signature engine_core::impl::take_signature(const prepared_call& call) {
+  const std::size_t count = block_count(call.kind, transport.size, call.in_count, call.out_count);
+  const std::uint64_t sequence = comm.take_sequence(transport.rank, transport.progress);
+  const std::uint16_t history = comm.take_history(call.sending_root() ? call.root : -1, sequence);
+  return signature{call.kind,     call.kernels->op, call.kernels->type, count,
+                   call.rooted() ? call.root : 0, sequence, call.tag, history};
+}
+
+MIMATRIX_DECL std::optional<std::string> engine_core::impl::problem(const prepared_call& call,
+                                                                    const schedule::descriptor& desc) const {
+  auto why = check(desc, call.in, call.in_count, call.out, call.out_count);
+  if (!why && call.stream && !call.stream->device) why = "the device::stream names no device port";
+  if (!why && call.stream) why = device_buffer_problem(*call.stream->device, desc, transport.rank, call.in, call.out);
+  if (!why && call.timeout && call.timeout->count() <= 0)
+    why = "call_options::timeout is " + std::to_string(call.timeout->count()) +
           " ms; a deadline must be positive (unset: the communicator's)";
-  const bool shared_device = !why && e.on_shared_device(stream);
-  if (why) {
-    const std::string message =
-        describe({t.rank, -1, schedule::to_string(kind), static_cast<std::int64_t>(sig.sequence)}, *why);
-    t.fail(t.transport, sig, errc::invalid_argument, message);
-    e.comm.forget_root(sequence);
-    throw error(errc::invalid_argument, message);
-  }
-  const auto deadline = timeout.value_or(e.comm.settings().timeout);
-  const auto launch = [&](std::shared_ptr<const schedule::schedule> plan) -> std::unique_ptr<operation> {
-    const auto* input = static_cast<const std::byte*>(in);
-    auto* output = static_cast<std::byte*>(out);
-    if (!stream) return t.start(t.transport, std::move(plan), input, output, sig, kernels, deadline);
+  return why;
+}
+
+MIMATRIX_DECL void engine_core::impl::refuse(const prepared_call& call, const signature& sig, const std::string& why) {
+  const std::string message =
+      describe({transport.rank, -1, schedule::to_string(call.kind), static_cast<std::int64_t>(sig.sequence)}, why);
+  transport.fail(transport.transport, sig, errc::invalid_argument, message);
+  comm.forget_root(sig.sequence);
+  throw error(errc::invalid_argument, message);
+}
+
+MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call, const signature& sig,
+                                                const schedule::descriptor& desc,
+                                                std::chrono::steady_clock::time_point began) {
+  const transport_face& t = transport;
+  const std::uint64_t sequence = sig.sequence;
+  const reduce::host_kernels& kernels = *call.kernels;
+  const device::stream* const stream = call.stream;
+  const auto deadline = call.timeout.value_or(comm.settings().timeout);
+  const auto launch_plan = [&]() -> std::unique_ptr<operation> {
+    const auto* input = static_cast<const std::byte*>(call.in);
+    auto* output = static_cast<std::byte*>(call.out);
+    if (!stream) return t.start(t.transport, call.plan, input, output, sig, kernels, deadline);
     if (t.start_on_device)
-      return t.start_on_device(t.transport, std::move(plan), input, output, sig, kernels, deadline, *stream);
+      return t.start_on_device(t.transport, call.plan, input, output, sig, kernels, deadline, *stream);
     return run_staged(*stream, input, desc.input_bytes(t.rank), output, desc.output_bytes(t.rank),
                       [&](const std::byte* host_in, std::byte* host_out) {
-                        return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
+                        return t.start(t.transport, call.plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
   transport::stall_note* note = nullptr;  // the flight record's, set before the launch
-  const auto launch_call = [&](std::shared_ptr<const schedule::schedule> plan) {
-    auto op = launch(std::move(plan));
+  const auto launch_call = [&] {
+    auto op = launch_plan();
     if (note) op->watch_stalls(note);  // on the executor, not on a wrapper of it
-    if (!sending_root) return op;
-    return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), e.comm, sequence));
+    if (!call.sending_root()) return op;
+    return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), comm, sequence));
   };
-  flight_recorder* const flight = e.comm.flight();
-  const bool hooked = !e.comm.call_hooks().empty();
-  if (!hooked && !flight)
-    return request(launch_call(e.pick(e.plan_for(desc, shared_device), desc, stream)), sequence);
-  call_record r;
-  if (hooked) r.start = std::chrono::steady_clock::now();
-  const plan_set& plans = e.plan_for(desc, shared_device);
-  auto plan = e.pick(plans, desc, stream);
+  flight_recorder* const flight = comm.flight();
+  const bool hooked = !comm.call_hooks().empty();
+  if (!hooked && !flight) return request(launch_call(), sequence);
   if (flight) {  // entered before the launch: a launch that hangs or throws is recorded too
     flight_start f;
     f.sequence = sequence;
-    f.in_count = in_count;
-    f.out_count = out_count;
-    f.tag = tag;
-    f.root = rooted ? root : -1;
-    f.kind = kind;
+    f.in_count = call.in_count;
+    f.out_count = call.out_count;
+    f.tag = call.tag;
+    f.root = call.rooted() ? call.root : -1;
+    f.kind = call.kind;
     f.op = kernels.op;
     f.type = kernels.type;
     f.path = !stream ? flight_path::host : t.start_on_device ? flight_path::device : flight_path::staged;
-    f.barrier = barrier;
-    f.lowered = plans.lowered && plan == plans.lowered;
-    copy_cut(f.algorithm, plan->algorithm);
+    f.barrier = call.barrier;
+    f.lowered = call.lowered;
+    copy_cut(f.algorithm, call.plan->algorithm);
     note = flight->record().start(f);
   }
-  if (hooked) r.algorithm = plan->algorithm;
   std::unique_ptr<operation> op;
   try {
-    op = launch_call(std::move(plan));
+    op = launch_call();
   } catch (const error& failed) {
     if (flight) flight->record().finish(sequence, failed.code(), failed.what());
     throw;
   }
   if (hooked) {
-    r.kind = kind;
+    call_record r;
+    r.start = began;
+    r.algorithm = call.plan->algorithm;
+    r.kind = call.kind;
     r.sequence = sequence;
-    r.tag = tag;
-    r.barrier = barrier;
+    r.tag = call.tag;
+    r.barrier = call.barrier;
     r.type = kernels.type;
     r.bytes = desc.largest_bytes();
     r.rank = t.rank;
     r.size = t.size;
-    op = std::make_unique<recorded_operation>(std::move(op), std::move(r), e.comm.call_hooks());
+    op = std::make_unique<recorded_operation>(std::move(op), std::move(r), comm.call_hooks());
   }
   return request(std::move(op), sequence, flight);
 }

@@ -1,0 +1,105 @@
+// algorithm::linear: reduce, gather and scatter with the root exchanging directly with
+// every other rank — one round trip per peer, no forwarding, no scratch.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "mimatrix/algorithm/detail/rooted.hpp"
+#include "mimatrix/model/cost.hpp"
+#include "mimatrix/schedule/schedule.hpp"
+#include "mimatrix/topology/layout.hpp"
+
+namespace mimatrix::algorithm {
+
+/// Direct (flat-tree) rooted collectives on any topology, any root.
+///
+/// Gather on p = 4, root 1: every rank sends its block straight into the root's output;
+/// scatter is the reverse; reduce has the root add each rank's buffer in turn:
+///
+///   rank 0 ──B0──┐
+///   rank 2 ──B2──┼──► root 1: output B0 B1 B2 B3  (B1 copied from its input)
+///   rank 3 ──B3──┘
+///
+/// Nothing is forwarded, so a block travels once, but the root pays p-1 start-ups and
+/// takes all its traffic on one link: right for small groups or as a baseline.
+///
+/// Cost: reduce (p-1)(α + nβ + nγ); gather, scatter (p-1)α + (p-1)/p·Nβ (N: the root's
+/// p blocks).
+///
+/// @par Thread Safety
+/// Immutable: `build` may be called from any number of threads.
+class linear {
+ public:
+  static constexpr std::string_view name = "linear";
+
+  static constexpr bool runs(schedule::collective k) {
+    return k == schedule::collective::reduce || k == schedule::collective::gather ||
+           k == schedule::collective::scatter;
+  }
+
+  template <topology::layout Topology>
+  schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
+    topo.check(desc.size);
+    schedule::builder b(desc, rank, name);
+    if (!runs(desc.kind)) detail::refuse_collective(name, desc, rank, "reduce, gather and scatter");
+    if (desc.count == 0) return std::move(b).build();
+    if (desc.size == 1) {
+      detail::build_rooted_single(b);
+      return std::move(b).build();
+    }
+    const int p = desc.size, root = desc.root;
+    const std::size_t block = desc.count * desc.elem_size;
+    const region in{buffer::input, 0, block}, out{buffer::output, 0, block};
+    const auto block_of = [&](buffer where, int r) { return region{where, std::size_t(r) * block, block}; };
+    if (rank != root) {
+      if (desc.kind == schedule::collective::scatter)
+        b.recv(root, 0, out);
+      else
+        b.send(root, 0, in);
+      return std::move(b).build();
+    }
+    b.reserve(std::size_t(p) + 1, std::size_t(p));
+    switch (desc.kind) {
+      case schedule::collective::gather:
+        b.copy(in, block_of(buffer::output, root));  // in place: the same bytes, a no-op
+        for (int k = 1; k < p; ++k) b.recv((root + k) % p, 0, block_of(buffer::output, (root + k) % p));
+        break;
+      case schedule::collective::scatter:
+        for (int k = 1; k < p; ++k) b.send((root + k) % p, 0, block_of(buffer::input, (root + k) % p));
+        b.copy(block_of(buffer::input, root), out);  // in place: the same bytes
+        break;
+      default: {
+        // One receive at a time into the output (in place it is the input: recv_reduce
+        // reads and writes the same bytes); the ranks after the root first.
+        std::vector<schedule::step_id> last;
+        region src = in;
+        for (int k = 1; k < p; ++k) {
+          last.assign(1, b.add(schedule::step_kind::recv_reduce, (root + k) % p, 0, src, out, last));
+          src = out;
+        }
+        b.add(schedule::step_kind::finalize, -1, 0, {}, out, last);
+      }
+    }
+    return std::move(b).build();
+  }
+
+  /// The α-β-γ time of `d` (model::cost's conventions), or nothing for what it does not run.
+  std::optional<double> predict(const model::network& net, const schedule::descriptor& d) const {
+    if (!runs(d.kind)) return std::nullopt;
+    if (d.size <= 1) return 0.0;
+    const auto& l = net.link;
+    const double n = double(d.count) * double(d.elem_size), peers = d.size - 1;
+    if (d.kind == schedule::collective::reduce) return peers * (l.alpha + n * l.beta + n * l.gamma);
+    return peers * l.alpha + model::detail::fraction(d.size) * n * d.size * l.beta;
+  }
+
+ private:
+  using buffer = schedule::buffer;
+  using region = schedule::region;
+};
+
+}  // namespace mimatrix::algorithm
