@@ -15,10 +15,10 @@
 namespace mimatrix::perf {
 
 /// Host buffers of one rank. Out of place, the call reads `input()` and writes `output()`,
-/// two buffers of shape.send_count and shape.recv_count elements; in place, one buffer holds
-/// both (NCCL's convention): an allgather's and a gather's input is block `rank` of the
-/// output, a reduce-scatter's and a scatter's output is block `rank` of the input, and the
-/// others' input is their output. Every rank has both buffers, the roots' or not (as
+/// two buffers of shape.send_count and shape.recv_count elements; in place, the larger one
+/// holds both (NCCL's convention): an allgather's and a gather's input is block `rank` of
+/// the output, a reduce-scatter's and a scatter's output is block `rank` of the input, and
+/// the others' input is their output. Every rank has both buffers, the roots' or not (as
 /// nccl-tests allocates them); a rank's part that the call does not use stays unread.
 class collective_buffers {
  public:
@@ -32,21 +32,21 @@ class collective_buffers {
     s_ = s;
     in_place_ = in_place;
     std::size_t const es = size_of(type_);
-    std::size_t const in_count = in_place ? std::max(s.send_count, s.recv_count) : s.send_count;
-    if (in_.size() < in_count * es) in_.resize(in_count * es);
-    if (!in_place && out_.size() < s.recv_count * es) out_.resize(s.recv_count * es);
+    if (in_.size() < s.send_count * es) in_.resize(s.send_count * es);
+    if (out_.size() < s.recv_count * es) out_.resize(s.recv_count * es);
     // In place the sentinel goes first: the input then overwrites its part of the one buffer.
-    bytes::fill_sentinel(type_, in_place ? in_.data() : output(), in_place ? in_count : s.recv_count);
+    if (in_place) bytes::fill_sentinel(type_, one(in_.data(), out_.data()), std::max(s.send_count, s.recv_count));
+    else bytes::fill_sentinel(type_, output(), s.recv_count);
     fill_input(input());
   }
 
   /// Where the call reads and writes, given where the two buffers are (the host's, or device
   /// copies of them of the same sizes).
-  [[nodiscard]] std::byte* input(std::byte* in, std::byte* /*out*/) const {
-    return in_place_ ? in + in_place_offset(c_ == collective::allgather || c_ == collective::gather) : in;
+  [[nodiscard]] std::byte* input(std::byte* in, std::byte* out) const {
+    return in_place_ ? one(in, out) + in_place_offset(gathers()) : in;
   }
   [[nodiscard]] std::byte* output(std::byte* in, std::byte* out) const {
-    return in_place_ ? in + in_place_offset(c_ == collective::reduce_scatter || c_ == collective::scatter) : out;
+    return in_place_ ? one(in, out) + in_place_offset(c_ == collective::reduce_scatter || c_ == collective::scatter) : out;
   }
   [[nodiscard]] std::byte* input() { return input(in_.data(), out_.data()); }
   [[nodiscard]] std::byte* output() { return output(in_.data(), out_.data()); }
@@ -81,6 +81,10 @@ class collective_buffers {
   }
 
  private:
+  // In place, the one buffer: the output where it is the larger, else the input.
+  [[nodiscard]] bool gathers() const { return c_ == collective::allgather || c_ == collective::gather; }
+  [[nodiscard]] std::byte* one(std::byte* in, std::byte* out) const { return gathers() ? out : in; }
+
   [[nodiscard]] std::size_t in_place_offset(bool at_block) const {
     return at_block ? s_.count * size_of(type_) * static_cast<std::size_t>(rank_) : 0;
   }

@@ -261,9 +261,9 @@ class fabric_runner {
 
 int collective_main(collective c, int argc, char** argv, const char* program) {
   const options o = parse_or_exit(argc, argv);
-  static constexpr std::string_view algorithms[] = {
-      "",     "auto", "automatic", "ring",     "recursive_doubling", "halving_doubling", "gdraa", "hdrm",
-      "linear", "binomial", "rabenseifner", "pairwise", "bruck"};
+  static constexpr std::string_view algorithms[] = {"", "auto", "automatic", "ring", "recursive_doubling",
+                                                     "halving_doubling", "gdraa", "hdrm", "linear", "binomial",
+                                                     "rabenseifner", "pairwise", "bruck"};
   if (std::find(std::begin(algorithms), std::end(algorithms), o.algo) == std::end(algorithms)) {
     std::fprintf(stderr,
                  "%s: --algo %s: these programs run ring, recursive_doubling, halving_doubling, gdraa (on a mesh), "
