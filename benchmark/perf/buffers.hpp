@@ -66,7 +66,8 @@ class collective_buffers {
     switch (c_) {
       case collective::allreduce: return bytes::check_allreduce(type_, out, n, op_, nranks_);
       case collective::reduce_scatter: return bytes::check_reduce_scatter(type_, out, n, op_, nranks_, rank);
-      case collective::allgather: return bytes::check_allgather(type_, out, n, op_, nranks_);
+      case collective::allgather:
+        return bytes::check_blocks(type_, out, n, ranks, [&](std::size_t b) { return std::pair{int(b), 0}; });
       case collective::broadcast: return bytes::check_broadcast(type_, out, n, op_, root);
       case collective::reduce: return bytes::check_reduce(type_, out, n, op_, nranks_, rank, root);
       case collective::gather:
@@ -89,9 +90,9 @@ class collective_buffers {
     return at_block ? s_.count * size_of(type_) * static_cast<std::size_t>(rank_) : 0;
   }
 
-  // The data of nccl-tests' InitData, mimatrix's closed forms (data.hpp): a reduction's
-  // input_value, an allgather's block `rank` of the global index, a moved block's
-  // block_value; only the root's input where only the root reads it.
+  // The data of nccl-tests' InitData, mimatrix's closed forms (data.hpp): a reduction's and
+  // a broadcast's input_value, a moved block's block_value (an allgather's as a gather to
+  // 0); only the root's input where only the root reads it.
   void fill_input(std::byte* in) {
     std::size_t const n = s_.count, ranks = static_cast<std::size_t>(nranks_);
     int const rank = rank_, root = root_;
@@ -99,7 +100,7 @@ class collective_buffers {
       case collective::allreduce:
       case collective::reduce_scatter:
       case collective::reduce: bytes::fill_input(type_, in, s_.send_count, op_, rank); return;
-      case collective::allgather: bytes::fill_input(type_, in, n, op_, rank, n * static_cast<std::size_t>(rank)); return;
+      case collective::allgather: bytes::fill_blocks(type_, in, n, 1, [&](std::size_t) { return std::pair{rank, 0}; }); return;
       case collective::broadcast:
         if (rank == root) bytes::fill_input(type_, in, n, op_, rank);
         return;
