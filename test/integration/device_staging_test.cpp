@@ -88,6 +88,31 @@ MIMATRIX_SCENARIO(staged_collectives) {
   coll.broadcast(r == p - 1 ? root.data() : nullptr, got.data(), got.size(), dtype::int32, p - 1, on_stream).wait();
   for (std::int32_t v : got) wrong += v != 5;
 
+  // Reduce, gather, scatter and alltoall stage as the others do; the root alone holds the
+  // whole buffer, the other ranks pass null where the call reads or writes nothing.
+  {
+    const int root = p / 2;
+    std::vector<std::int32_t> part(301, r + 1), whole(301 * std::size_t(p), -1), block(301, -1);
+    coll.reduce(part.data(), r == root ? block.data() : nullptr, part.size(), dtype::int32, reduce::op_kind::sum,
+                root, on_stream)
+        .wait();
+    if (r == root)
+      for (std::int32_t v : block) wrong += v != p * (p + 1) / 2;
+    coll.gather(part.data(), r == root ? whole.data() : nullptr, part.size(), dtype::int32, root, on_stream).wait();
+    if (r == root)
+      for (std::size_t i = 0; i < whole.size(); ++i) wrong += whole[i] != std::int32_t(i / 301 + 1);
+    if (r == root)
+      for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i);
+    coll.scatter(r == root ? whole.data() : nullptr, block.data(), block.size(), dtype::int32, root, on_stream).wait();
+    for (std::size_t i = 0; i < block.size(); ++i) wrong += block[i] != std::int32_t(std::size_t(r) * 301 + i);
+    std::vector<std::int32_t> out(whole.size());
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = std::int32_t(i) + 1000 * r;
+    coll.alltoall(whole.data(), out.data(), 301, dtype::int32, on_stream).wait();
+    for (std::size_t i = 0; i < out.size(); ++i)
+      wrong += out[i] != std::int32_t(std::size_t(r) * 301 + i % 301) + 1000 * std::int32_t(i / 301);
+    if (wrong) std::printf("rank %d: a reduce, gather, scatter or alltoall on the stream was wrong\n", r);
+  }
+
   // Non-blocking, as NCCL's calls are: the producer queued before the call waits until
   // this thread has returned from starting it. A call that waited on the host for its
   // input (the staging before this change) would wait for the producer for ever; the

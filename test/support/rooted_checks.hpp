@@ -39,8 +39,11 @@ void check_reduce(int p, std::size_t n, int root, std::uint64_t seed, const Topo
     FAIL() << Algorithm::name << " reduce " << reduce::to_string(Op::kind) << "<" << to_string(dtype_of<T>)
            << "> p=" << p << " count=" << n << " root " << root << " seed=" << seed << ": element "
            << (at == static_cast<std::size_t>(-1) ? 0 : at) << " differs from the reference or in place";
-  for (int r = 0; r < p; ++r)
-    if (r != root) ASSERT_TRUE(same_bits(out[r], untouched)) << "reduce wrote rank " << r << "'s output";
+  for (int r = 0; r < p; ++r) {
+    if (r != root) {
+      ASSERT_TRUE(same_bits(out[r], untouched)) << "reduce wrote rank " << r << "'s output";
+    }
+  }
 }
 
 /// Gather: block j of the root's output is rank j's input, bit for bit, in place too.

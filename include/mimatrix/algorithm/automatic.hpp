@@ -15,11 +15,16 @@
 #include <vector>
 
 #include "mimatrix/algorithm/automatic_fwd.hpp"  // the same alias, declared: a difference fails to compile
+#include "mimatrix/algorithm/binomial.hpp"
+#include "mimatrix/algorithm/bruck.hpp"
 #include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/halving_doubling.hpp"
 #include "mimatrix/algorithm/hdrm.hpp"
 #include "mimatrix/algorithm/hierarchical.hpp"
+#include "mimatrix/algorithm/linear.hpp"
+#include "mimatrix/algorithm/pairwise.hpp"
+#include "mimatrix/algorithm/rabenseifner.hpp"
 #include "mimatrix/algorithm/recursive_doubling.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/algorithm/selection.hpp"
@@ -403,6 +408,9 @@ struct cost_inputs<topology::hierarchical<Local, Global>> {
 /// The candidates automatic chooses among; ties go to the earlier, so the algorithms
 /// made for a topology come first. An algorithm joins by being added here: it needs
 /// only `name` and `build`, the model knows it by name.
-using automatic = basic_automatic<hdrm, gdraa, hierarchical<>, ring, halving_doubling, recursive_doubling>;
+/// The calls added later (reduce, gather, scatter, alltoall) have their own candidates,
+/// which price themselves (a `predict` member).
+using automatic = basic_automatic<hdrm, gdraa, hierarchical<>, ring, halving_doubling, recursive_doubling, binomial,
+                                  rabenseifner, linear, pairwise, bruck>;
 
 }  // namespace mimatrix::algorithm

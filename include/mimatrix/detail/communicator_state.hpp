@@ -43,22 +43,23 @@ class communicator_state {
   /// when another thread still has calls in flight there: two threads starting calls on
   /// one communicator would number them in an order the peers cannot share.
   MIMATRIX_DECL std::uint64_t take_sequence(int rank, transport::progress_engine* progress);
-  /// The history call `sequence`'s signature carries (signature::history); `root` is its
-  /// root if it is a broadcast (-1 otherwise), folded in for the calls after it. The fold
-  /// is a bijection of the history for each root, so ranks whose histories once differed
-  /// stay apart: every later call that moves data between them fails with `mismatch`.
-  std::uint16_t take_history(int root, std::uint64_t sequence) {
+  /// The history call `sequence`'s signature carries (signature::history); `shape` is
+  /// what of a call with a root the ranks must agree on (its root and count, folded to 16
+  /// bits, never 0; 0 for other calls), folded in for the calls after it. The fold is a
+  /// bijection of the history for each shape, so ranks whose histories once differed stay
+  /// apart: every later call that moves data between them fails with `mismatch`.
+  std::uint16_t take_history(std::uint16_t shape, std::uint64_t sequence) {
     const std::uint16_t before = history_;
-    if (root >= 0) {
-      history_ = static_cast<std::uint16_t>(((history_ << 5) | (history_ >> 11)) ^ ((root + 1) * 0x9E37u));
+    if (shape) {
+      history_ = static_cast<std::uint16_t>(((history_ << 5) | (history_ >> 11)) ^ shape);
       folded_ = {sequence, before};
     }
     return before;
   }
-  /// Broadcast `sequence` failed here: every rank was told, so its root leaves the history
-  /// (over shm the next call runs). Only while it is the last folded in: of broadcasts in
-  /// flight together, an earlier one's failure leaves the later ones' roots, and the calls
-  /// after them fail as their histories say.
+  /// Rooted call `sequence` failed here: every rank was told, so its shape leaves the
+  /// history (over shm the next call runs). Only while it is the last folded in: of rooted
+  /// calls in flight together, an earlier one's failure leaves the later ones' shapes, and
+  /// the calls after them fail as their histories say.
   void forget_root(std::uint64_t sequence) {
     if (folded_ && folded_->first == sequence) history_ = folded_->second;
     folded_.reset();

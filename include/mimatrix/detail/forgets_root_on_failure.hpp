@@ -1,4 +1,4 @@
-// A broadcast's operation that takes its root back out of the history later calls carry
+// A rooted call's operation that takes its root and count back out of the history later calls carry
 // (signature::history) when it fails on this rank: its ranks were told of the failure,
 // and on a provider that keeps its endpoint after a mismatch (shm) the next call must run.
 #pragma once

@@ -20,10 +20,10 @@ struct signature {
   int root = 0;
   std::uint64_t sequence = 0;
   std::uint32_t tag = 0;  // the caller's label of the call (call_options::tag)
-  /// The roots of the broadcasts before this call on its communicator, folded
-  /// (detail::communicator_state::take_history): a rank that names itself a broadcast's
-  /// root only sends, so no message of that call proves the ranks agreed on it; the next
-  /// call that moves data does.
+  /// The roots and counts of the calls with a root before this one on its communicator,
+  /// folded (detail::communicator_state::take_history): some ranks of such a call only
+  /// send (a broadcast's root, a gather's leaves), so no message of that call proves the
+  /// ranks agreed on it; the next call that moves data does.
   std::uint16_t history = 0;
 
   friend bool operator==(const signature&, const signature&) = default;

@@ -24,12 +24,12 @@ TEST(persistent, each_start_reduces_what_the_buffers_hold_then_between_fresh_cal
     collectives<inproc> coll(comm);
     std::vector<std::int64_t> in(n), out(n), other(n, 1), other_out(n);
     persistent sum = coll.allreduce_init(in.data(), out.data(), n, dtype::int64, reduce::op_kind::sum);
-    std::uint64_t last = 0;
     for (int round = 0; round < 20; ++round) {
       for (std::size_t i = 0; i < n; ++i) in[i] = std::int64_t(i) * (r + 1) + round;
+      const std::uint64_t next = comm.next_sequence();
       request started = sum.start();
-      EXPECT_GT(started.sequence(), last);
-      last = started.sequence();
+      EXPECT_EQ(started.sequence(), next);
+      EXPECT_EQ(comm.next_sequence(), next + 1);
       started.wait();
       for (std::size_t i = 0; i < n; ++i)
         ASSERT_EQ(out[i], std::int64_t(i) * 6 + 3 * round) << "round " << round << " element " << i;

@@ -57,8 +57,6 @@ struct prepared_call {
   std::optional<device::stream> owned_stream{};  // a persistent call's copy of the caller's
 
   bool rooted() const { return schedule::has_root(kind); }
-  /// A root that only sends (broadcast, scatter) learns of a disagreement at a later call.
-  bool sending_root() const { return kind == schedule::collective::broadcast || kind == schedule::collective::scatter; }
   schedule::descriptor descriptor(int size) const {
     return {kind, size, block_count(kind, size, in_count, out_count), kernels->elem_size, rooted() ? root : 0};
   }
@@ -170,7 +168,14 @@ MIMATRIX_DECL request engine_core::start(const prepared_call& call) {
 MIMATRIX_DECL signature engine_core::impl::take_signature(const prepared_call& call) {
   const std::size_t count = block_count(call.kind, transport.size, call.in_count, call.out_count);
   const std::uint64_t sequence = comm.take_sequence(transport.rank, transport.progress);
-  const std::uint16_t history = comm.take_history(call.sending_root() ? call.root : -1, sequence);
+  // In a call with a root some ranks only send (a broadcast's root, a gather's leaves): they
+  // learn that the ranks disagreed on its root or count at their next call.
+  const auto shape = [&]() -> std::uint16_t {
+    if (!call.rooted()) return 0;
+    const std::uint64_t mixed = ((std::uint64_t(count) << 20) ^ std::uint64_t(call.root + 1)) * 0x9E3779B97F4A7C15ull;
+    return static_cast<std::uint16_t>((mixed >> 48) | 1);
+  };
+  const std::uint16_t history = comm.take_history(shape(), sequence);
   return signature{call.kind,     call.kernels->op, call.kernels->type, count,
                    call.rooted() ? call.root : 0, sequence, call.tag, history};
 }
@@ -217,7 +222,7 @@ MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call, const
   const auto launch_call = [&] {
     auto op = launch_plan();
     if (note) op->watch_stalls(note);  // on the executor, not on a wrapper of it
-    if (!call.sending_root()) return op;
+    if (!call.rooted()) return op;
     return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), comm, sequence));
   };
   flight_recorder* const flight = comm.flight();

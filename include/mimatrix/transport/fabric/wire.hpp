@@ -81,7 +81,7 @@ constexpr std::uint64_t count_mask = (std::uint64_t(1) << count_bits) - 1;
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
 /// carries: [63..48] root (calls with one) or the digests of the algorithm's name and of
 /// `agreement` (the others), xor the tag's and the epoch's digests and the history of
-/// earlier broadcasts' roots | [47..45] dtype | [44..42] op | [41..39] kind | [38..0] count.
+/// earlier rooted calls' roots and counts | [47..45] dtype | [44..42] op | [41..39] kind | [38..0] count.
 /// A receiver that finds another packing than its own knows its peer runs another call,
 /// or the same call by another algorithm, on another topology or with another tag, or
 /// after a broadcast whose root the two named differently, or that the message was left
@@ -149,7 +149,9 @@ inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mi
   // Only after a broadcast can the histories differ (ranks that ran other calls before
   // were told then).
   const std::string earlier_root =
-      sig.history ? ", or after an earlier broadcast whose root it named otherwise than this rank" : "";
+      sig.history ? ", or after an earlier call with a root (broadcast, reduce, gather, scatter) whose root or "
+                    "count it named otherwise than this rank"
+                  : "";
   if (schedule::has_root(sig.kind)) {
     const std::string text = to_string(shape);
     return who + text.substr(0, text.rfind(", root")) + ") with another root or tag than this rank's (root " +
