@@ -26,6 +26,7 @@
 #include "mimatrix/bootstrap/env.hpp"
 #include "mimatrix/bootstrap/memory_store.hpp"
 #include "multi_process.hpp"
+#include "outcomes.hpp"
 
 namespace mimatrix {
 namespace MIMATRIX_UNIT_ID {
@@ -421,16 +422,7 @@ MIMATRIX_SCENARIO(broadcast_roots_disagree_then_a_call) {
   comm.set_timeout(std::chrono::milliseconds(timeout_ms));
   collectives<fabric> coll(comm);
   const int r = comm.rank(), p = comm.size();
-  const auto outcome = [](const auto& call) -> std::string {
-    const auto t0 = clock_type::now();
-    try {
-      call();
-      return "OK";
-    } catch (const error& e) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
-      return e.code().message() + " " + std::to_string(ms) + ": " + e.what();
-    }
-  };
+  using test::outcome;
   std::vector<float> x(1024, float(100 + r));  // 4 KB, as the report's
   std::printf("FIRST %s\n", outcome([&] {
                 coll.broadcast(x.data(), x.data(), x.size(), dtype::float32, r == p - 1 ? r : 0).wait();
@@ -452,7 +444,7 @@ std::string caught(const bootstrap::launch_result& r, int rank) {
   const auto at = out.find("CAUGHT ");
   return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
 }
-long long caught_ms(const std::string& line) { return std::stoll(line.substr(line.find_last_of(' ', line.find(':')) + 1)); }
+using test::caught_ms;
 
 /// Provider and algorithm: ring (messages) or gdraa (RMA writes into windows).
 class fabric_failure : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
@@ -897,11 +889,7 @@ TEST(fabric_failure_broadcast, ranks_that_finished_a_call_another_rank_failed_ar
 }
 
 /// The line a rank printed after `label` ("FIRST ", "NEXT ", "ASYNC ").
-std::string printed(const bootstrap::launch_result& r, int rank, const std::string& label) {
-  const std::string& out = r.output[std::size_t(rank)];
-  const auto at = out.find(label);
-  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
-}
+using test::printed;
 
 // Regression (issue 53 item 1, its third report): a rank that names itself a broadcast's
 // root only sends, so it returned success and, with caller progress, never learned; over

@@ -12,26 +12,16 @@
 #include "mimatrix/collectives.hpp"
 #include "mimatrix/transport/fabric.hpp"
 #include "multi_process.hpp"
+#include "outcomes.hpp"
 
 namespace mimatrix {
 namespace MIMATRIX_UNIT_ID {
 
 using transport::fabric;
-using clock_type = std::chrono::steady_clock;
+using test::caught_ms;
+using test::outcome;
+using test::printed;
 constexpr int timeout_ms = 3000;
-
-/// "OK", or the error's code, milliseconds and text.
-template <class Call>
-std::string outcome(const Call& call) {
-  const auto t0 = clock_type::now();
-  try {
-    call();
-    return "OK";
-  } catch (const error& e) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - t0).count();
-    return e.code().message() + " " + std::to_string(ms) + ": " + e.what();
-  }
-}
 
 /// MIMATRIX_TEST_CALL names the call and MIMATRIX_TEST_MISUSE what the last rank gives
 /// otherwise ("count" or "root"); then an allreduce. Each prints FIRST, NEXT and ASYNC.
@@ -61,15 +51,6 @@ MIMATRIX_SCENARIO(rooted_misuse) {
   std::printf("ASYNC %s\n", late ? late->code().message().c_str() : "none");
   std::fflush(stdout);
   return 0;
-}
-
-std::string printed(const bootstrap::launch_result& r, int rank, const std::string& label) {
-  const std::string& out = r.output[std::size_t(rank)];
-  const auto at = out.find(label);
-  return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
-}
-long long caught_ms(const std::string& line) {
-  return std::stoll(line.substr(line.find_last_of(' ', line.find(':')) + 1));
 }
 
 class rooted_misuse : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
