@@ -67,6 +67,11 @@ if [[ -v bin[allreduce_perf] ]]; then
       -n 2 bash -c "exec ${bin[allreduce_perf]} -b 1K -e 1K -n 1 -w 0 -W 0 --algo \$( ((RANK)) && echo gdraa || echo ring)"
   fi
 fi
+if [[ -v bin[gather_perf] ]]; then
+  # A root outside the group, refused by every rank alike before any call (reduce, gather
+  # and scatter have roots as broadcast has).
+  refuses gather_perf "root 2 is not a rank of 2" --ranks 2 -r 2 -b 8 -e 8 -n 1 -W 0
+fi
 if [[ -v bin[quickstart] ]]; then
   refuses quickstart "ranks must be in [1, 256], not -1" -1
   refuses quickstart "max_bytes takes a size such as 4096, 64K or 64M" 4 1.5M

@@ -1,7 +1,7 @@
-// mimatrix's nccl-tests-style benchmarks over transport::fabric: one runner for the four
+// mimatrix's nccl-tests-style benchmarks over transport::fabric: one runner for the eight
 // collectives through the runtime-typed entry (collectives.hpp): the collective, the type,
 // the operation and the algorithm (--algo) are values, as a framework has them. Compiled
-// once for the four programs (a unit took 7 s in each).
+// once for the eight programs (a unit took 7 s in each).
 // `--ranks N` without a launcher's environment starts N local ranks of this same program.
 // `-G host|cuda` runs the calls on device buffers, ordered on a stream (NCCL's way); the
 // sweep fills and checks host copies of them, outside the timed calls.
@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "buffers.hpp"
 #include "cuda_device_port.hpp"
 #include "driver.hpp"
 #include "mimatrix/bootstrap/launch.hpp"
@@ -51,11 +52,12 @@ std::optional<mimatrix::dtype> to_mimatrix(dtype t) {
 }
 
 /// One collective call over byte buffers through the runtime-typed entry, on the
-/// topology the algorithm needs.
+/// topology the algorithm needs; in place, `in` and `out` lie in one buffer
+/// (collective_buffers).
 class call {
  public:
   virtual ~call() = default;
-  virtual void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) = 0;
+  virtual void run(const std::byte* in, std::byte* out, std::size_t count, int root) = 0;
 };
 
 // The harness's redop and mimatrix's op_kind list sum prod min max avg in one order.
@@ -72,18 +74,18 @@ class runtime_call final : public call {
         op_(static_cast<reduce::op_kind>(op)),
         options_{algo == "auto" ? std::string() : algo, std::nullopt, stream} {}
 
-  void run(const std::byte* in, std::byte* out, std::size_t count, bool in_place, int root) override {
-    const std::size_t block = count * size_of(type_) * std::size_t(coll_.comm().rank());
-    auto* mine = const_cast<std::byte*>(in);  // in place: input and output are one buffer
+  void run(const std::byte* in, std::byte* out, std::size_t count, int root) override {
     request pending;
-    if (c_ == collective::allreduce)
-      pending = coll_.allreduce(in, in_place ? mine : out, count, type_, op_, options_);
-    else if (c_ == collective::reduce_scatter)
-      pending = coll_.reduce_scatter(in, in_place ? mine + block : out, count, type_, op_, options_);
-    else if (c_ == collective::allgather)
-      pending = coll_.allgather(in_place ? out + block : in, out, count, type_, options_);
-    else
-      pending = coll_.broadcast(in, in_place ? mine : out, count, type_, root, options_);
+    switch (c_) {
+      case collective::allreduce: pending = coll_.allreduce(in, out, count, type_, op_, options_); break;
+      case collective::reduce_scatter: pending = coll_.reduce_scatter(in, out, count, type_, op_, options_); break;
+      case collective::allgather: pending = coll_.allgather(in, out, count, type_, options_); break;
+      case collective::broadcast: pending = coll_.broadcast(in, out, count, type_, root, options_); break;
+      case collective::reduce: pending = coll_.reduce(in, out, count, type_, op_, root, options_); break;
+      case collective::gather: pending = coll_.gather(in, out, count, type_, root, options_); break;
+      case collective::scatter: pending = coll_.scatter(in, out, count, type_, root, options_); break;
+      case collective::alltoall: pending = coll_.alltoall(in, out, count, type_, options_); break;
+    }
     pending.wait();
   }
 
@@ -217,46 +219,19 @@ class fabric_runner {
   const std::string& provider() const { return comm_.transport().provider(); }
 
   void prepare(const shape& s, bool in_place) {
-    shape_ = s;
-    in_place_ = in_place;
-    const std::size_t es = size_of(o_.type);
-    const std::size_t in_bytes = s.send_count * es, out_bytes = s.recv_count * es;
-    if (in_.size() < in_bytes) in_.resize(in_bytes);
-    if (out_.size() < out_bytes) out_.resize(out_bytes);
-    const bool reads_input = c_ != collective::broadcast || rank() == o_.root;
-    if (c_ == collective::allgather) {
-      // In place the input is block `rank` of the output, filled as that block.
-      std::byte* input = in_place ? out_.data() + s.count * es * std::size_t(rank()) : in_.data();
-      bytes::fill_sentinel(o_.type, out_.data(), s.recv_count);
-      bytes::fill_input(o_.type, input, s.count, o_.op, rank(), s.count * std::size_t(rank()));
-    } else {
-      if (reads_input || in_place) bytes::fill_input(o_.type, in_.data(), s.send_count, o_.op, rank());
-      if (!in_place) bytes::fill_sentinel(o_.type, out_.data(), s.recv_count);
-      if (c_ == collective::broadcast && in_place && rank() != o_.root)
-        bytes::fill_sentinel(o_.type, in_.data(), s.send_count);
-    }
-    if (device_) device_->take(in_, out_);
+    buffers_.prepare(s, in_place);
+    if (device_) device_->take(buffers_.in_storage(), buffers_.out_storage());
   }
 
   void run() {
-    const bool gather_in_place = c_ == collective::allgather && in_place_;
-    std::byte* in = device_ ? device_->in() : in_.data();
-    std::byte* out = device_ ? device_->out() : out_.data();
-    call_->run(gather_in_place ? out : in, out, shape_.count, in_place_, o_.root);
+    std::byte* in = device_ ? device_->in() : buffers_.in_storage().data();
+    std::byte* out = device_ ? device_->out() : buffers_.out_storage().data();
+    call_->run(buffers_.input(in, out), buffers_.output(in, out), buffers_.count(), o_.root);
   }
 
   std::size_t check() {
-    if (device_) device_->give(in_, out_);
-    const std::byte* result = in_place_ && c_ != collective::allgather ? in_.data() : out_.data();
-    if (c_ == collective::reduce_scatter && in_place_)
-      result = in_.data() + shape_.count * size_of(o_.type) * std::size_t(rank());
-    switch (c_) {
-      case collective::allreduce: return bytes::check_allreduce(o_.type, result, shape_.count, o_.op, size());
-      case collective::reduce_scatter:
-        return bytes::check_reduce_scatter(o_.type, result, shape_.count, o_.op, size(), rank());
-      case collective::allgather: return bytes::check_allgather(o_.type, result, shape_.count, o_.op, size());
-      default: return bytes::check_broadcast(o_.type, result, shape_.count, o_.op, o_.root);
-    }
+    if (device_) device_->give(buffers_.in_storage(), buffers_.out_storage());
+    return buffers_.check();
   }
 
   void barrier() { harness_.barrier(); }
@@ -279,9 +254,7 @@ class fabric_runner {
   std::unique_ptr<device_buffers> device_;  // -G; before call_: calls end before the buffers go
   std::unique_ptr<call> call_;
   collectives<transport::fabric> harness_{comm_};  // the sweep's barriers and timings
-  std::vector<std::byte> in_, out_;
-  shape shape_{};
-  bool in_place_ = false;
+  collective_buffers buffers_{c_, o_, comm_.rank(), comm_.size()};
 };
 
 }  // namespace
@@ -289,11 +262,13 @@ class fabric_runner {
 int collective_main(collective c, int argc, char** argv, const char* program) {
   const options o = parse_or_exit(argc, argv);
   static constexpr std::string_view algorithms[] = {"", "auto", "automatic", "ring", "recursive_doubling",
-                                                     "halving_doubling", "gdraa", "hdrm"};
+                                                     "halving_doubling", "gdraa", "hdrm", "linear", "binomial",
+                                                     "rabenseifner", "pairwise", "bruck"};
   if (std::find(std::begin(algorithms), std::end(algorithms), o.algo) == std::end(algorithms)) {
     std::fprintf(stderr,
                  "%s: --algo %s: these programs run ring, recursive_doubling, halving_doubling, gdraa (on a mesh), "
-                 "hdrm (on a BiGraph) or automatic (the hierarchical algorithm needs a typed topology of servers)\n",
+                 "hdrm (on a BiGraph), linear, binomial (reduce, gather, scatter), rabenseifner (reduce), pairwise, bruck "
+                 "(alltoall) or automatic (the hierarchical algorithm needs a typed topology of servers)\n",
                  program, o.algo.c_str());
     return 2;
   }

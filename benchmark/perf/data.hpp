@@ -87,13 +87,23 @@ T reduced_value(redop op, int nranks, std::size_t index) {
   return acc;
 }
 
+// Element `index` of the block rank `from` sends rank `to` in a gather, scatter or alltoall
+// (an allgather's: to 0): 1..101, exact in every dtype (bfloat16 holds integers to 256). 11
+// and 5 are prime to 101, so a block that lands at the wrong rank or place differs
+// (input_value, modulo 4, repeats: an allgather's blocks of its global index were alike
+// wherever a block's count was 1 modulo 4, one float of 2 ranks among them).
+template <class T>
+T block_value(int from, int to, std::size_t index) {
+  return static_cast<T>(1 + (static_cast<std::size_t>(from) * 11 + static_cast<std::size_t>(to) * 5 + index) % 101);
+}
+
 // A value no correct result takes, so a collective that writes nothing is caught.
 template <class T>
 T sentinel_value() { return static_cast<T>(-1.0f); }
 
 template <class T>
-void fill_input(std::span<T> buf, redop op, int rank, std::size_t first_index = 0) {
-  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = input_value<T>(op, rank, first_index + i);
+void fill_input(std::span<T> buf, redop op, int rank) {
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = input_value<T>(op, rank, i);
 }
 
 template <class T>
@@ -119,8 +129,8 @@ template <class T>
 std::span<T const> as(void const* p, std::size_t n) { return {static_cast<T const*>(p), n}; }
 
 // Input of an allreduce / reduce / broadcast (whole buffer) or a reduce_scatter (count * nranks).
-inline void fill_input(dtype t, void* buf, std::size_t n, redop op, int rank, std::size_t first_index = 0) {
-  visit(t, [&]<class T>(type_tag<T>) { perf::fill_input<T>(as<T>(buf, n), op, rank, first_index); });
+inline void fill_input(dtype t, void* buf, std::size_t n, redop op, int rank) {
+  visit(t, [&]<class T>(type_tag<T>) { perf::fill_input<T>(as<T>(buf, n), op, rank); });
 }
 
 inline void fill_sentinel(dtype t, void* buf, std::size_t n) {
@@ -142,19 +152,40 @@ inline std::size_t check_reduce_scatter(dtype t, void const* out, std::size_t co
   });
 }
 
-// allgather output: block b is rank b's input filled with first_index = b * count.
-inline std::size_t check_allgather(dtype t, void const* out, std::size_t count, redop op, int nranks) {
-  return visit(t, [&]<class T>(type_tag<T>) {
-    return count_wrong<T>(as<T>(out, count * static_cast<std::size_t>(nranks)), op, [&](std::size_t i) {
-      return input_value<T>(op, static_cast<int>(i / (count ? count : 1)), i);
-    });
-  });
-}
-
 // broadcast output: root's input.
 inline std::size_t check_broadcast(dtype t, void const* out, std::size_t count, redop op, int root) {
   return visit(t, [&]<class T>(type_tag<T>) {
     return count_wrong<T>(as<T>(out, count), op, [&](std::size_t i) { return input_value<T>(op, root, i); });
+  });
+}
+
+// reduce output on the root: an allreduce's (the other ranks' output is not checked).
+inline std::size_t check_reduce(dtype t, void const* out, std::size_t count, redop op, int nranks, int rank, int root) {
+  return rank == root ? check_allreduce(t, out, count, op, nranks) : 0;
+}
+
+// `blocks` blocks of `count` elements, block b holding block_value(ends(b).first,
+// ends(b).second, i): an allgather's or gather's input (one block), a scatter's on the
+// root, an alltoall's.
+template <class Ends>
+void fill_blocks(dtype t, void* buf, std::size_t count, std::size_t blocks, Ends ends) {
+  visit(t, [&]<class T>(type_tag<T>) {
+    std::span<T> const s = as<T>(buf, count * blocks);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      auto const [from, to] = ends(b);
+      for (std::size_t i = 0; i < count; ++i) s[b * count + i] = block_value<T>(from, to, i);
+    }
+  });
+}
+
+// Wrong elements of `blocks` blocks filled as fill_blocks fills them.
+template <class Ends>
+std::size_t check_blocks(dtype t, void const* out, std::size_t count, std::size_t blocks, Ends ends) {
+  return visit(t, [&]<class T>(type_tag<T>) {
+    return count_wrong<T>(as<T>(out, count * blocks), redop::sum, [&](std::size_t k) {
+      auto const [from, to] = ends(k / count);  // k < count * blocks: count > 0 here
+      return block_value<T>(from, to, k % count);
+    });
   });
 }
 

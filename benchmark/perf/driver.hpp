@@ -8,14 +8,16 @@
 //   prepare(shape, in_place)    make buffers for shape.send_count / shape.recv_count elements of
 //                               opts.type (keep them across calls when large enough), fill the
 //                               input with bytes::fill_input and the output with the sentinel;
-//                               in_place: the output is the input (MPI_IN_PLACE)
+//                               in_place: the output is the input (MPI_IN_PLACE); never for a
+//                               collective without an in-place form (has_in_place: alltoall).
+//                               collective_buffers (buffers.hpp) does all this for every collective
 //   run()                       one collective over the prepared buffers, returns when complete
 //   check()                     this rank's wrong output elements after the last run()
-//                               (bytes::check_allreduce and friends)
+//                               (bytes::check_allreduce and friends, or collective_buffers::check)
 //   barrier()                   all ranks
 //   combine(value, how)         `value` reduced over all ranks (sum, min or max); rank 0 uses it
 //
-// Example, an MPI allreduce (see benchmark/baselines/mpi_allreduce_perf.cpp for all of it):
+// Example, an MPI allreduce (benchmark/baselines/mpi_collective_perf.cpp has all of it, for six collectives):
 //
 //   struct mpi_runner {
 //     perf::options const& o; std::vector<std::byte> in, out; std::size_t n = 0; bool inplace = false;
@@ -269,9 +271,9 @@ sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = s
   if (!sizes.empty()) detail::warm_up(r, o, shape_of(info.coll, sizes.front(), type_size, info.nranks));
   for (std::size_t bytes : sizes) {
     shape const s = shape_of(info.coll, bytes, type_size, info.nranks);
-    double times[2];
-    std::size_t wrong[2];
-    for (int placement = 0; placement < 2; ++placement) {
+    double times[2] = {0, 0};
+    std::size_t wrong[2] = {0, 0};
+    for (int placement = 0; placement < (has_in_place(info.coll) ? 2 : 1); ++placement) {
       bool const in_place = placement == 1;
       r.prepare(s, in_place);
       times[placement] = detail::time_calls(r, o);

@@ -16,7 +16,7 @@
 
 namespace mimatrix::perf {
 
-enum class collective { allreduce, reduce_scatter, allgather, broadcast, reduce };
+enum class collective { allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, alltoall };
 
 // Sizes of one sweep step the way nccl-tests derives them from the requested bytes.
 struct shape {
@@ -31,10 +31,13 @@ inline shape shape_of(collective c, std::size_t requested_bytes, std::size_t typ
   shape s;
   switch (c) {
     case collective::allgather:
-    case collective::reduce_scatter:  // nccl-tests: count = bytes / size / nranks
+    case collective::reduce_scatter:
+    case collective::gather:
+    case collective::scatter:
+    case collective::alltoall:  // nccl-tests: count = bytes / size / nranks, the size the whole buffer
       s.count = requested_bytes / type_size / n;
-      s.send_count = c == collective::allgather ? s.count : s.count * n;
-      s.recv_count = c == collective::allgather ? s.count * n : s.count;
+      s.send_count = c == collective::allgather || c == collective::gather ? s.count : s.count * n;
+      s.recv_count = c == collective::reduce_scatter || c == collective::scatter ? s.count : s.count * n;
       s.bytes = s.count * n * type_size;
       break;
     default:
@@ -47,14 +50,15 @@ inline shape shape_of(collective c, std::size_t requested_bytes, std::size_t typ
 }
 
 // algbw in GB/s (1e9) over the bytes nccl-tests counts, and busbw = algbw * factor:
-// allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast and reduce 1.
+// allreduce 2(n-1)/n; allgather, reduce_scatter, gather, scatter and alltoall (n-1)/n;
+// broadcast and reduce 1.
 inline double bus_factor(collective c, int nranks) {
   double const n = nranks;
   switch (c) {
     case collective::allreduce: return 2.0 * (n - 1) / n;
-    case collective::allgather:
-    case collective::reduce_scatter: return (n - 1) / n;
-    default: return 1.0;
+    case collective::broadcast:
+    case collective::reduce: return 1.0;
+    default: return (n - 1) / n;
   }
 }
 
@@ -65,12 +69,21 @@ inline std::string_view name(collective c) {
     case collective::allgather: return "allgather";
     case collective::broadcast: return "broadcast";
     case collective::reduce: return "reduce";
+    case collective::gather: return "gather";
+    case collective::scatter: return "scatter";
+    case collective::alltoall: return "alltoall";
   }
   return "?";
 }
 
-inline bool has_redop(collective c) { return c != collective::allgather && c != collective::broadcast; }
-inline bool has_root(collective c) { return c == collective::broadcast || c == collective::reduce; }
+inline bool has_redop(collective c) {
+  return c == collective::allreduce || c == collective::reduce_scatter || c == collective::reduce;
+}
+inline bool has_root(collective c) {
+  return c == collective::broadcast || c == collective::reduce || c == collective::gather || c == collective::scatter;
+}
+// An alltoall never runs in place (as NCCL's): its in-place columns say N/A.
+inline bool has_in_place(collective c) { return c != collective::alltoall; }
 
 struct timing {
   double time_us = 0;
@@ -176,6 +189,10 @@ class reporter {
     std::fprintf(out_, "%12zu  %12zu  %8.*s  %6.*s  %6d", s.bytes, s.count, static_cast<int>(type.size()), type.data(),
                  static_cast<int>(op.size()), op.data(), root);
     for (auto const* t : {&r.out_of_place, &r.in_place}) {
+      if (t == &r.in_place && !has_in_place(info_.coll)) {
+        std::fprintf(out_, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+        continue;
+      }
       auto const time = detail::float_str(t->time_us, 7), alg = detail::float_str(t->algbw, 6), bus = detail::float_str(t->busbw, 6);
       if (opts_.check) std::fprintf(out_, "  %7s  %6s  %6s  %6g", time.c_str(), alg.c_str(), bus.c_str(), static_cast<double>(t->wrong));
       else std::fprintf(out_, "  %7s  %6s  %6s    N/A", time.c_str(), alg.c_str(), bus.c_str());
@@ -200,7 +217,7 @@ class reporter {
     if (rows_.empty()) return 0;
     double sum = 0;
     for (auto const& r : rows_) sum += r.out_of_place.busbw + r.in_place.busbw;
-    return sum / (2.0 * static_cast<double>(rows_.size()));
+    return sum / ((has_in_place(info_.coll) ? 2.0 : 1.0) * static_cast<double>(rows_.size()));
   }
 
   [[nodiscard]] std::vector<row> const& rows() const { return rows_; }
@@ -222,14 +239,20 @@ class reporter {
   // An allreduce reads every shard of every input and writes every output: 2n x size, n
   // copies. A reduce-scatter reads every input and writes every output: (n+1) x size, (n+1)/2
   // copies. An allgather or broadcast reads each input once and writes every output,
-  // (n+1)/2 copies; in place a rank's own output holds its part already, n/2 copies. The
-  // copy is measured on rank 0 alone; "x limit" is the call's time over the limit (1.00 is
+  // (n+1)/2 copies; in place a rank's own output holds its part already, n/2 copies. A
+  // reduce reads every input and writes the root's output: (n+1)/2 copies. A gather or
+  // scatter reads and writes the size once: 1 copy, (n-1)/n in place. An alltoall reads and
+  // writes every rank's whole buffer: n copies. The copy is measured on rank 0 alone; "x limit" is the call's time over the limit (1.00 is
   // the bound; issue 13's goal is 1.25 for an allreduce of 2 ranks at 256 MiB).
   [[nodiscard]] double copies_in_limit(bool in_place) const {
     double const n = info_.nranks;
     switch (info_.coll) {
       case collective::allreduce: return n;
-      case collective::reduce_scatter: return (n + 1) / 2;
+      case collective::reduce_scatter:
+      case collective::reduce: return (n + 1) / 2;
+      case collective::gather:
+      case collective::scatter: return in_place ? (n - 1) / n : 1;
+      case collective::alltoall: return n;
       default: return (in_place ? n : n + 1) / 2;
     }
   }
@@ -251,9 +274,11 @@ class reporter {
     for (auto const& r : rows_) {
       if (r.copy_us <= 0) continue;
       double const limit = r.copy_us * copies_in_limit(false);
-      std::fprintf(out_, "# %10zu  %9s  %9s  %12.2f  %9.2f\n", r.s.bytes, detail::float_str(r.copy_us, 9).c_str(),
-                   detail::float_str(limit, 9).c_str(), r.out_of_place.time_us / limit,
-                   r.in_place.time_us / (r.copy_us * copies_in_limit(true)));
+      char in_place[32] = "N/A";
+      if (has_in_place(info_.coll))
+        std::snprintf(in_place, sizeof in_place, "%.2f", r.in_place.time_us / (r.copy_us * copies_in_limit(true)));
+      std::fprintf(out_, "# %10zu  %9s  %9s  %12.2f  %9s\n", r.s.bytes, detail::float_str(r.copy_us, 9).c_str(),
+                   detail::float_str(limit, 9).c_str(), r.out_of_place.time_us / limit, in_place);
     }
     std::fprintf(out_, "#\n");
   }
@@ -287,6 +312,10 @@ class reporter {
            ",\"root\":" + std::to_string(has_root(info_.coll) ? o.root : -1);
       for (auto const& [key, t] : {std::pair<char const*, timing const*>{"out_of_place", &r.out_of_place},
                                     std::pair<char const*, timing const*>{"in_place", &r.in_place}}) {
+        if (t == &r.in_place && !has_in_place(info_.coll)) {
+          s += ",\"in_place\":null";
+          continue;
+        }
         s += ",\"" + std::string(key) + "\":{\"time\":" + detail::json_number(t->time_us) +
              ",\"alg_bw\":" + detail::json_number(t->algbw) + ",\"bus_bw\":" + detail::json_number(t->busbw) +
              ",\"nwrong\":" + (o.check ? std::to_string(t->wrong) : std::string("null")) + "}";

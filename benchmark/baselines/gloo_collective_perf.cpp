@@ -1,11 +1,18 @@
-// Gloo baseline: gloo::allreduce (ring unless --algo bcube) over Gloo's tcp transport, through
-// the perf harness. One process a rank: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_RANK / _SIZE),
+// Gloo baselines: gloo::allreduce (ring unless --algo bcube), gloo::reduce, gloo::gather,
+// gloo::scatter or gloo::alltoall over Gloo's tcp transport, through the perf harness. One
+// program a collective, gloo_<collective>_perf, which MIMATRIX_PERF_COLLECTIVE names
+// (CMakeLists.txt). One process a rank: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_RANK / _SIZE),
 // rendezvous in a FileStore directory: GLOO_STORE_DIR, else /tmp/mimatrix-gloo-<MASTER_PORT>.
+#include "buffers.hpp"
 #include "driver.hpp"
 
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
+#include <gloo/gather.h>
 #include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -19,6 +26,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -29,6 +37,12 @@
 namespace perf = mimatrix::perf;
 
 namespace {
+
+constexpr perf::collective this_collective = perf::collective::MIMATRIX_PERF_COLLECTIVE;
+static_assert(this_collective == perf::collective::allreduce || this_collective == perf::collective::reduce ||
+                  this_collective == perf::collective::gather || this_collective == perf::collective::scatter ||
+                  this_collective == perf::collective::alltoall,
+              "Gloo baselines: allreduce, reduce, gather, scatter and alltoall");
 
 using reduce_fn = gloo::AllreduceOptions::Func;
 
@@ -74,40 +88,25 @@ class gloo_runner {
  public:
   gloo_runner(perf::options const& o, std::shared_ptr<gloo::Context> ctx, reduce_fn fn,
               gloo::AllreduceOptions::Algorithm algo)
-      : o_(o), ctx_(std::move(ctx)), fn_(std::move(fn)), algo_(algo) {}
+      : o_(o), ctx_(std::move(ctx)), fn_(std::move(fn)), algo_(algo), buffers_(this_collective, o, rank(), size()) {}
 
   int rank() const { return ctx_->rank; }
   int size() const { return ctx_->size; }
 
+  // The call's options are built once a size: the timed loop measures the collective, not
+  // buffer registration.
   void prepare(perf::shape const& s, bool in_place) {
-    count_ = s.count;
-    in_place_ = in_place;
-    std::size_t const esize = perf::size_of(o_.type);
-    if (in_.size() < count_ * esize) {
-      in_.resize(count_ * esize);
-      out_.resize(count_ * esize);
-    }
-    perf::bytes::fill_input(o_.type, in_.data(), count_, o_.op, rank());
-    perf::bytes::fill_sentinel(o_.type, out_.data(), count_);
-    // Built once a size: the timed loop measures gloo::allreduce, not buffer registration.
-    opts_ = std::make_unique<gloo::AllreduceOptions>(ctx_);
-    opts_->setAlgorithm(algo_);
-    opts_->setReduceFunction(fn_);
-    opts_->setTag(0);
-    perf::visit(o_.type, [&]<class T>(perf::type_tag<T>) {
-      if (!in_place_) opts_->setInput(reinterpret_cast<T*>(in_.data()), count_);
-      opts_->setOutput(reinterpret_cast<T*>(in_place_ ? in_.data() : out_.data()), count_);
-    });
+    buffers_.prepare(s, in_place);
+    perf::visit(o_.type, [&]<class T>(perf::type_tag<T>) { call_ = make_call(reinterpret_cast<T*>(buffers_.input()),
+                                                                              reinterpret_cast<T*>(buffers_.output())); });
   }
 
   void run() {
-    if (count_ == 0) return;  // gloo rejects empty allreduces
-    gloo::allreduce(*opts_);
+    if (buffers_.count() == 0) return;  // gloo rejects empty calls
+    call_();
   }
 
-  std::size_t check() const {
-    return perf::bytes::check_allreduce(o_.type, in_place_ ? in_.data() : out_.data(), count_, o_.op, size());
-  }
+  std::size_t check() { return buffers_.check(); }
 
   void barrier() {
     gloo::BarrierOptions b(ctx_);
@@ -128,14 +127,60 @@ class gloo_runner {
   }
 
  private:
+  template <class T>
+  std::function<void()> make_call(T* in, T* out) {
+    std::size_t const n = buffers_.count(), blocks = n * static_cast<std::size_t>(size());
+    bool const in_place = buffers_.in_place();
+    // No input: in place. A reduce's output on every rank: Gloo reduces through it.
+    auto reducing = [&](auto& opts) {
+      opts.setReduceFunction(fn_);
+      if (!in_place) opts.setInput(in, n);
+      opts.setOutput(out, n);
+      opts.setTag(0);
+    };
+    if constexpr (this_collective == perf::collective::allreduce) {
+      auto opts = std::make_shared<gloo::AllreduceOptions>(ctx_);
+      opts->setAlgorithm(algo_);
+      reducing(*opts);
+      return [opts] { gloo::allreduce(*opts); };
+    } else if constexpr (this_collective == perf::collective::reduce) {
+      auto opts = std::make_shared<gloo::ReduceOptions>(ctx_);
+      opts->setRoot(o_.root);
+      reducing(*opts);
+      return [opts] { gloo::reduce(*opts); };
+    } else if constexpr (this_collective == perf::collective::gather) {
+      auto opts = std::make_shared<gloo::GatherOptions>(ctx_);
+      opts->setInput(in, n);  // in place, block `rank` of the root's output
+      if (rank() == o_.root) opts->setOutput(out, blocks);
+      opts->setRoot(o_.root);
+      opts->setTag(0);
+      return [opts] { gloo::gather(*opts); };
+    } else if constexpr (this_collective == perf::collective::scatter) {
+      auto opts = std::make_shared<gloo::ScatterOptions>(ctx_);
+      if (rank() == o_.root) {
+        std::vector<T*> parts;
+        for (int r = 0; r < size(); ++r) parts.push_back(in + n * static_cast<std::size_t>(r));
+        opts->setInputs(parts, n);
+      }
+      opts->setOutput(out, n);  // in place, block `rank` of the root's input
+      opts->setRoot(o_.root);
+      opts->setTag(0);
+      return [opts] { gloo::scatter(*opts); };
+    } else {
+      auto opts = std::make_shared<gloo::AlltoallOptions>(ctx_);
+      opts->setInput(in, blocks);
+      opts->setOutput(out, blocks);
+      opts->setTag(0);
+      return [opts] { gloo::alltoall(*opts); };
+    }
+  }
+
   perf::options const& o_;
   std::shared_ptr<gloo::Context> ctx_;
   reduce_fn fn_;
   gloo::AllreduceOptions::Algorithm algo_;
-  std::unique_ptr<gloo::AllreduceOptions> opts_;
-  std::size_t count_ = 0;
-  bool in_place_ = false;
-  std::vector<std::byte> in_, out_;
+  perf::collective_buffers buffers_;
+  std::function<void()> call_;
 };
 static_assert(perf::runner<gloo_runner>);
 
@@ -143,10 +188,11 @@ static_assert(perf::runner<gloo_runner>);
 
 int main(int argc, char** argv) {
   auto const o = perf::parse_or_exit(argc, argv);
+  std::string const program = "gloo_" + std::string(perf::name(this_collective)) + "_perf";
   auto const rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"});
   auto const size = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
-  auto fail = [](std::string const& why) {
-    std::fprintf(stderr, "gloo_allreduce_perf: %s\n", why.c_str());
+  auto fail = [&](std::string const& why) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), why.c_str());
     return 2;
   };
   if (!rank || !size) return fail("set RANK and WORLD_SIZE (or run under mimatrix-run, torchrun or mpirun)");
@@ -155,13 +201,16 @@ int main(int argc, char** argv) {
   if (o.ranks != 0 && o.ranks != *size)
     return fail("--ranks " + std::to_string(o.ranks) + " but WORLD_SIZE is " + std::to_string(*size));
   // Flags a baseline cannot honour are refused, not echoed in a header that would say they ran.
-  if (!o.device.empty()) return fail("-G " + o.device + ": this baseline reduces host buffers only");
+  if (!o.device.empty()) return fail("-G " + o.device + ": this baseline runs on host buffers only");
   if (!o.provider.empty()) return fail("--provider " + o.provider + ": Gloo runs over its own tcp transport");
-  auto fn = reduction(o.type, o.op);
+  // A collective that does not reduce takes any -o and any type, as nccl-tests' do.
+  auto fn = perf::has_redop(this_collective) ? reduction(o.type, o.op) : std::optional<reduce_fn>(reduce_fn());
   if (!fn) return fail("datatype " + std::string(perf::name(o.type)) + " with op " + std::string(perf::name(o.op)) + " has no Gloo reduction");
   auto algo = gloo::AllreduceOptions::Algorithm::RING;
-  if (o.algo == "bcube") algo = gloo::AllreduceOptions::Algorithm::BCUBE;
-  else if (!o.algo.empty() && o.algo != "ring") return fail("--algo " + o.algo + ": Gloo has ring and bcube");
+  bool const allreduce = this_collective == perf::collective::allreduce;
+  if (allreduce && o.algo == "bcube") algo = gloo::AllreduceOptions::Algorithm::BCUBE;
+  else if (allreduce && !o.algo.empty() && o.algo != "ring") return fail("--algo " + o.algo + ": Gloo has ring and bcube");
+  else if (!allreduce && !o.algo.empty()) return fail("--algo " + o.algo + ": Gloo has one algorithm of this collective");
 
   std::string const store_dir = env_or("GLOO_STORE_DIR", "/tmp/mimatrix-gloo-" + env_or("MASTER_PORT", "default"));
   // Keys of a crashed earlier run would be read as this run's; a run id keeps runs apart.
@@ -169,7 +218,7 @@ int main(int argc, char** argv) {
   try {
     std::filesystem::create_directories(store_dir);
     gloo::rendezvous::FileStore file_store(store_dir);
-    gloo::rendezvous::PrefixStore store("gloo_allreduce_perf/" + run_id, file_store);
+    gloo::rendezvous::PrefixStore store(program + "/" + run_id, file_store);
 
     gloo::transport::tcp::attr attr;
     if (auto iface = env_or("GLOO_SOCKET_IFNAME", ""); !iface.empty()) attr.iface = iface;
@@ -183,8 +232,9 @@ int main(int argc, char** argv) {
     ctx->connectFullMesh(store, dev);
 
     gloo_runner r(o, ctx, *fn, algo);
-    std::string const library = std::string("gloo::allreduce ") + (o.algo.empty() ? "ring" : o.algo) + ", tcp";
-    int const rc = perf::run_sweep(r, o, {"gloo_allreduce_perf", library, perf::collective::allreduce}).exit_code();
+    std::string library = "gloo::" + std::string(perf::name(this_collective)) + ", tcp";
+    if (allreduce) library = std::string("gloo::allreduce ") + (o.algo.empty() ? "ring" : o.algo) + ", tcp";
+    int const rc = perf::run_sweep(r, o, {program, library, this_collective}).exit_code();
     r.barrier();
     // Everyone has read every key by now: each rank clears the keys it wrote, so the
     // directory can be reused.
