@@ -2,8 +2,10 @@
 // clusters, as EFLOPS (HPCA 2020) and MiMatrix (arXiv 1802.02326) measured them. Prints
 // markdown tables; with --out DIR also writes DIR/<study>.dat for gnuplot.
 //
-//   scale_studies [--quick] [--out DIR] [study ...]
-//   studies: speed nic topology gdraa hierarchical resnet (default: all)
+//   scale_studies [--quick] [--out DIR] [--collective KIND ...] [study ...]
+//   studies: speed nic topology gdraa hierarchical resnet collectives (default: all)
+//   --collective reduce|gather|scatter|alltoall: what the collectives study times
+//   (default: reduce and alltoall, the two crossovers)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,10 +18,15 @@
 #include <system_error>
 #include <vector>
 
+#include "mimatrix/algorithm/binomial.hpp"
+#include "mimatrix/algorithm/bruck.hpp"
 #include "mimatrix/algorithm/gdraa.hpp"
 #include "mimatrix/algorithm/halving_doubling.hpp"
 #include "mimatrix/algorithm/hdrm.hpp"
 #include "mimatrix/algorithm/hierarchical.hpp"
+#include "mimatrix/algorithm/linear.hpp"
+#include "mimatrix/algorithm/pairwise.hpp"
+#include "mimatrix/algorithm/rabenseifner.hpp"
 #include "mimatrix/algorithm/recursive_doubling.hpp"
 #include "mimatrix/algorithm/ring.hpp"
 #include "mimatrix/topology/bigraph.hpp"
@@ -37,7 +44,8 @@ using schedule::collective;
 
 struct settings {
   bool quick = false;
-  std::string out;  // where .dat files go; empty: none
+  std::string out;                      // where .dat files go; empty: none
+  std::vector<collective> collectives;  // the collectives study's; empty: reduce, alltoall
 };
 
 /// GPUs of the papers' era: reductions at 100 GB/s on the device, 3 us of software a
@@ -288,6 +296,60 @@ void resnet(const settings& s) {
   std::printf("\n");
 }
 
+/// Reduce, gather, scatter and alltoall at 64 ranks: every algorithm that runs the call,
+/// by size (nccl-tests' size: the root's buffer, alltoall's input), on a non-blocking
+/// fat-tree with a gap of 1 us a message (the model's g): where the latency-bound
+/// algorithms (binomial, bruck) give way to the bandwidth-bound ones (rabenseifner,
+/// pairwise). Each algorithm with its default chunks, as users run it.
+template <class Algorithm>
+void collective_column(collective kind, const Algorithm& algo, std::vector<std::string_view>& names,
+                       std::vector<std::function<double(const schedule::descriptor&)>>& times) {
+  if (!Algorithm::runs(kind)) return;
+  names.push_back(Algorithm::name);
+  times.push_back([algo](const schedule::descriptor& d) {
+    compute_costs costs = gpu_costs();
+    costs.message_gap = 1e-6;
+    auto tree = make_fat_tree({.ranks = d.size, .pcie_gbps = 0});
+    return simulate(tree, topology::ring{}, algo, d, costs).seconds;
+  });
+}
+
+void collectives_study(const settings& s) {
+  const int p = 64;
+  const auto kinds = s.collectives.empty() ? std::vector{collective::reduce, collective::alltoall} : s.collectives;
+  for (collective kind : kinds) {
+    std::vector<std::string_view> names;
+    std::vector<std::function<double(const schedule::descriptor&)>> times;
+    collective_column(kind, algorithm::binomial{}, names, times);
+    collective_column(kind, algorithm::rabenseifner{}, names, times);
+    collective_column(kind, algorithm::linear{}, names, times);
+    collective_column(kind, algorithm::bruck{}, names, times);
+    collective_column(kind, algorithm::pairwise{}, names, times);
+    const std::string what(schedule::to_string(kind));
+    std::printf("## %s at %d ranks, simulated (non-blocking fat-tree, 100 Gb/s, g = 1 us a message)\n\n",
+                what.c_str(), p);
+    std::printf("| size |");
+    for (auto name : names) std::printf(" %.*s ms |", int(name.size()), name.data());
+    std::printf(" fastest |\n|---:|");
+    for (std::size_t i = 0; i < names.size(); ++i) std::printf("---:|");
+    std::printf("---|\n");
+    const double blocks = kind == collective::reduce ? 1 : p;  // in the size
+    for (double bytes = 4096; bytes <= (s.quick ? 1 << 20 : 64 << 20); bytes *= 4) {
+      const schedule::descriptor d{kind, p, static_cast<std::size_t>(bytes / blocks / 4), 4, 0};
+      std::printf("| %s |", human_bytes(bytes).c_str());
+      std::vector<double> t;
+      for (const auto& time : times) {
+        t.push_back(time(d));
+        std::printf(" %s |", ms(t.back()).c_str());
+      }
+      const auto best = std::size_t(std::min_element(t.begin(), t.end()) - t.begin());
+      std::printf(" %.*s |\n", int(names[best].size()), names[best].data());
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -308,15 +370,26 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "scale_studies: --out %s is not an existing directory\n", std::string(s.out).c_str());
         return 2;
       }
+    } else if (a == "--collective") {
+      const std::string kind = i + 1 < argc ? argv[++i] : "";
+      std::size_t known = s.collectives.size();
+      for (collective c : {collective::reduce, collective::gather, collective::scatter, collective::alltoall})
+        if (kind == schedule::to_string(c)) s.collectives.push_back(c);
+      if (s.collectives.size() == known) {
+        std::fprintf(stderr, "scale_studies: --collective takes reduce, gather, scatter or alltoall, got '%s'\n",
+                     kind.c_str());
+        return 2;
+      }
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: scale_studies [--quick] [--out DIR] [speed|nic|topology|gdraa|hierarchical|resnet ...]\n");
+      std::printf("usage: scale_studies [--quick] [--out DIR] [--collective reduce|gather|scatter|alltoall ...] "
+                  "[speed|nic|topology|gdraa|hierarchical|resnet|collectives ...]\n");
       return 0;
     } else wanted.push_back(a);
   }
   const std::map<std::string, std::function<void(const settings&)>> studies{
       {"speed", speed},   {"nic", nic},     {"topology", topology_study}, {"gdraa", gdraa_study},
-      {"hierarchical", hierarchical_study}, {"resnet", resnet}};
-  if (wanted.empty()) wanted = {"speed", "nic", "topology", "gdraa", "hierarchical", "resnet"};
+      {"hierarchical", hierarchical_study}, {"resnet", resnet}, {"collectives", collectives_study}};
+  if (wanted.empty()) wanted = {"speed", "nic", "topology", "gdraa", "hierarchical", "resnet", "collectives"};
   for (const auto& name : wanted) {
     const auto it = studies.find(name);
     if (it == studies.end()) {

@@ -37,8 +37,10 @@ namespace mimatrix::algorithm {
 /// root's buffer. Elsewhere a subtree's blocks sit in scratch, in position order. Reduce
 /// is cut into chunks of the policy's size, so the levels of the tree pipeline.
 ///
-/// Cost: reduce ⌈lg p⌉(α + nβ + nγ); gather, scatter ⌈lg p⌉α + (p-1)/p·Nβ (N: the
-/// root's p blocks).
+/// Cost: reduce ⌊lg p⌋α + ⌈lg p⌉·n(β + γ); gather, scatter ⌊lg p⌋α + (p-1)/p·Nβ (N:
+/// the root's p blocks). The root takes ⌈lg p⌉ messages, but the longest chain of them,
+/// from the deepest position (2^⌊lg p⌋ - 1), is ⌊lg p⌋ hops: on other p than powers of
+/// two, the subtrees' start-ups overlap the root's other messages.
 ///
 /// @par Thread Safety
 /// Immutable: `build` may be called from any number of threads.
@@ -81,9 +83,10 @@ class binomial {
     if (!runs(d.kind)) return std::nullopt;
     if (d.size <= 1) return 0.0;
     const auto& l = net.link;
-    const double lg = model::detail::ceil_lg(d.size), n = double(d.count) * double(d.elem_size);
-    if (d.kind == schedule::collective::reduce) return lg * (l.alpha + n * l.beta + n * l.gamma);
-    return lg * l.alpha + model::detail::fraction(d.size) * n * d.size * l.beta;
+    const double hops = model::detail::folding(d.size).lg, n = double(d.count) * double(d.elem_size);
+    if (d.kind == schedule::collective::reduce)
+      return hops * l.alpha + model::detail::ceil_lg(d.size) * n * (l.beta + l.gamma);
+    return hops * l.alpha + model::detail::fraction(d.size) * n * d.size * l.beta;
   }
 
   const policy& tuning() const { return tuning_; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -36,8 +37,12 @@ namespace mimatrix::algorithm {
 /// staging areas are reused, so scratch is p blocks plus twice the largest step's.
 /// Not chunked: Bruck is for messages small enough that α dominates.
 ///
-/// Cost: ⌈lg p⌉·(α + n/2·β), n the whole input (p blocks), plus local copies of about
-/// (2 + ⌈lg p⌉)·n bytes, which the model (no memory rate) does not charge.
+/// Cost: h·α + Σ_k m_k·n/p·β, n the whole input (p blocks), m_k the blocks step k sends
+/// (the indices below p with bit k set), h the longest chain of steps each waiting for
+/// the one before's arrival; on a power of two ⌈lg p⌉(α + n/2·β). Step k waits for
+/// step j < k only where a block has both bits (2^k + 2^j < p), so on other p some
+/// start-ups overlap. Plus local copies of about (2 + ⌈lg p⌉)·n bytes, which the model
+/// (no memory rate) does not charge.
 ///
 /// @par Thread Safety
 /// Immutable: `build` may be called from any number of threads.
@@ -57,14 +62,22 @@ class bruck {
     return std::move(b).build();
   }
 
-  /// ⌈lg p⌉(α + n/2·β), n the input's bytes; empty for any collective but alltoall.
+  /// h·α + (the blocks all steps send)·β (see the class); empty for any collective but
+  /// alltoall.
   std::optional<double> predict(const model::network& net, const schedule::descriptor& d) const {
     if (!runs(d.kind)) return std::nullopt;
     if (d.size <= 1) return 0.0;
-    const double n = static_cast<double>(d.count) * static_cast<double>(d.elem_size) * d.size;
-    int steps = 0;
-    while ((1 << steps) < d.size) ++steps;
-    return steps * (net.link.alpha + n / 2 * net.link.beta);
+    const double block = static_cast<double>(d.count) * static_cast<double>(d.elem_size);
+    std::array<int, 32> chain{};  // chain[k]: the longest chain of steps ending at step k
+    int moved = 0, longest = 0;
+    for (int k = 0; (1 << k) < d.size; ++k) {
+      for_each_run(d.size, k, [&](int, int len) { moved += len; });
+      for (int j = 0; j < k; ++j)
+        if ((1 << k) + (1 << j) < d.size)
+          chain[std::size_t(k)] = std::max(chain[std::size_t(k)], chain[std::size_t(j)]);
+      longest = std::max(longest, ++chain[std::size_t(k)]);
+    }
+    return longest * net.link.alpha + moved * block * net.link.beta;
   }
 
  private:

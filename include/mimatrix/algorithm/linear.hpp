@@ -24,11 +24,13 @@ namespace mimatrix::algorithm {
 ///   rank 2 ──B2──┼──► root 1: output B0 B1 B2 B3  (B1 copied from its input)
 ///   rank 3 ──B3──┘
 ///
-/// Nothing is forwarded, so a block travels once, but the root pays p-1 start-ups and
+/// Nothing is forwarded, so a block travels once, but the root handles p-1 messages and
 /// takes all its traffic on one link: right for small groups or as a baseline.
 ///
-/// Cost: reduce (p-1)(α + nβ + nγ); gather, scatter (p-1)α + (p-1)/p·Nβ (N: the root's
-/// p blocks).
+/// Every exchange is in flight at once, so their start-ups overlap: one α, the other
+/// p-2 messages at the gap g (as GDRAA's direct phase), then the root's link and its
+/// reductions one after another. Cost: reduce α + (p-2)g + (p-1)·n(β + γ); gather,
+/// scatter α + (p-2)g + (p-1)/p·Nβ (N: the root's p blocks).
 ///
 /// @par Thread Safety
 /// Immutable: `build` may be called from any number of threads.
@@ -93,8 +95,9 @@ class linear {
     if (d.size <= 1) return 0.0;
     const auto& l = net.link;
     const double n = double(d.count) * double(d.elem_size), peers = d.size - 1;
-    if (d.kind == schedule::collective::reduce) return peers * (l.alpha + n * l.beta + n * l.gamma);
-    return peers * l.alpha + model::detail::fraction(d.size) * n * d.size * l.beta;
+    const double start = l.alpha + (d.size - 2) * net.message_gap;
+    if (d.kind == schedule::collective::reduce) return start + peers * n * (l.beta + l.gamma);
+    return start + model::detail::fraction(d.size) * n * d.size * l.beta;
   }
 
  private:

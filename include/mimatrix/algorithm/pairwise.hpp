@@ -40,7 +40,9 @@ namespace mimatrix::algorithm {
 /// an executor holds, which p-1 messages at once would not for large p. Window 0: all
 /// at once.
 ///
-/// Cost: (p-1)·(α + n/p·β), n the whole input (p blocks).
+/// Cost: α + (p-2)g + (p-1)·n/p·β, n the whole input (p blocks): the window keeps
+/// messages in flight, so their start-ups overlap (one α, the others at the gap g) and
+/// the rank's link carries its p-1 blocks back to back.
 ///
 /// @par Thread Safety
 /// Immutable: `build` may be called from any number of threads.
@@ -65,12 +67,12 @@ class pairwise {
     return std::move(b).build();
   }
 
-  /// (p-1)(α + n/p·β), n the input's bytes; empty for any collective but alltoall.
+  /// α + (p-2)g + (p-1)·n/p·β, n the input's bytes; empty for any collective but alltoall.
   std::optional<double> predict(const model::network& net, const schedule::descriptor& d) const {
     if (!runs(d.kind)) return std::nullopt;
     if (d.size <= 1) return 0.0;
     const double block = static_cast<double>(d.count) * static_cast<double>(d.elem_size);
-    return (d.size - 1) * (net.link.alpha + block * net.link.beta);
+    return net.link.alpha + (d.size - 2) * net.message_gap + (d.size - 1) * block * net.link.beta;
   }
 
   const policy& tuning() const { return tuning_; }

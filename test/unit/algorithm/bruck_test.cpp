@@ -105,7 +105,10 @@ TEST(bruck, runs_alltoall_and_predicts_its_cost) {
   net.link = {1e-6, 1e-9, 0};
   const auto t = algorithm::bruck{}.predict(net, {collective::alltoall, 5, 100, 4, 0});
   ASSERT_TRUE(t);
-  EXPECT_DOUBLE_EQ(*t, 3 * (1e-6 + 5 * 400 / 2.0 * 1e-9));
+  // Steps send blocks {1, 3}, {2, 3}, {4}: 5 blocks of 400 bytes; block 4 arrived
+  // nowhere before, so step 2 waits for no arrival: a chain of two start-ups.
+  EXPECT_DOUBLE_EQ(*t, 2 * 1e-6 + 5 * 400 * 1e-9);
+  EXPECT_DOUBLE_EQ(*algorithm::bruck{}.predict(net, {collective::alltoall, 8, 100, 4, 0}), 3 * (1e-6 + 4 * 400 * 1e-9));
   EXPECT_EQ(algorithm::bruck{}.predict(net, {collective::alltoall, 1, 100, 4, 0}), 0.0);
   EXPECT_FALSE(algorithm::bruck{}.predict(net, {collective::broadcast, 5, 100, 4, 0}));
 }

@@ -85,8 +85,10 @@ TEST(linear, predicts_direct_exchanges) {
   net.link = {1e-6, 1e-9, 1e-10};
   const algorithm::linear a;
   EXPECT_FALSE(a.predict(net, {collective::alltoall, 8, 100, 4, 0}));
-  EXPECT_DOUBLE_EQ(*a.predict(net, {collective::reduce, 5, 100, 4, 0}), 4 * (1e-6 + 400e-9 + 400e-10));
-  EXPECT_DOUBLE_EQ(*a.predict(net, {collective::scatter, 8, 100, 4, 0}), 7 * 1e-6 + 7.0 / 8 * 3200e-9);
+  net.message_gap = 2e-7;
+  // All exchanges in flight at once: one start-up, the others at the gap.
+  EXPECT_DOUBLE_EQ(*a.predict(net, {collective::reduce, 5, 100, 4, 0}), 1e-6 + 3 * 2e-7 + 4 * (400e-9 + 400e-10));
+  EXPECT_DOUBLE_EQ(*a.predict(net, {collective::scatter, 8, 100, 4, 0}), 1e-6 + 6 * 2e-7 + 7.0 / 8 * 3200e-9);
 }
 
 }  // namespace

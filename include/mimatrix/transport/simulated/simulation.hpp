@@ -227,7 +227,7 @@ inline run_result simulation::run(const std::vector<std::shared_ptr<const schedu
       indexed = plan.get();
     }
     ranks_.emplace_back(static_cast<detail::rank_host&>(*this), *engines_[std::size_t(r)], r, plan, receives, sig,
-                        kernels, payloads_ ? inputs[std::size_t(r)] : nullptr,
+                        kernels, payloads_, payloads_ ? inputs[std::size_t(r)] : nullptr,
                         payloads_ ? outputs[std::size_t(r)] : nullptr, depths_.data() + r, std::size_t(p),
                         std::move(books[std::size_t(r)]));
   }

@@ -24,6 +24,7 @@
 #include "mimatrix/topology/hierarchical.hpp"
 #include "mimatrix/topology/mesh.hpp"
 #include "mimatrix/topology/ring.hpp"
+#include "contention_free.hpp"
 #include "support/refusal.hpp"
 
 namespace mimatrix::transport::simulated {
@@ -74,21 +75,7 @@ TEST(simulation, with_payloads_every_algorithm_sums_exactly) {
   }
 }
 
-/// The model's network as a cluster without contention: every message costs α (here the
-/// software overhead, links have no latency), n·β over private links, n·γ to reduce.
-struct contention_free_case {
-  model::network net;
-  compute_costs costs;
-  cluster_config config;
-
-  explicit contention_free_case(int p) {
-    net.link = model::link_model::from_rates(5e-6, 10e9, 20e9);
-    net.message_gap = 0;
-    costs.reduce_bytes_per_second = 20e9;
-    costs.message_overhead = 5e-6;
-    config = {.ranks = p, .link_gbps = 10e9 * 8 / 1e9, .latency_us = 0, .pcie_gbps = 0};
-  }
-};
+using test::contention_free_case;
 
 template <class Topology, class Algorithm>
 void expect_model_time(const Topology& topo, const Algorithm& algo, int p, std::size_t bytes,

@@ -79,13 +79,15 @@ class rank_execution final : public step_executor {
  public:
   /// `plan` may be another rank's whose schedule is this one's up to a rotation of the
   /// ranks (without payload only): its peers are then shifted by the difference. Step
-  /// i's depth is depths[i * stride]. `book` is handed to the executor.
+  /// i's depth is depths[i * stride]. `book` is handed to the executor. With `payloads`
+  /// the rank moves real data; its input or output may still be null where the call
+  /// gives it none (a reduce's output off the root, a scatter's input).
   rank_execution(rank_host& sim, progress_engine& engine, int rank, std::shared_ptr<const schedule::schedule> plan,
                  std::shared_ptr<const receive_index> receives, const signature& sig,
-                 const reduce::host_kernels& kernels, const std::byte* input, std::byte* output,
+                 const reduce::host_kernels& kernels, bool payloads, const std::byte* input, std::byte* output,
                  step_depth* depths, std::size_t stride, std::unique_ptr<step_bookkeeping> book)
-      : rank_execution(sim, engine, rank, std::move(plan), std::move(receives), sig, kernels, input, output, depths,
-                       stride, std::move(book), *book) {}
+      : rank_execution(sim, engine, rank, std::move(plan), std::move(receives), sig, kernels, payloads, input, output,
+                       depths, stride, std::move(book), *book) {}
 
   ~rank_execution() override {
     if (!finished()) abandon(errc::aborted, "transport::simulated: the simulation ended before this rank's call");
@@ -109,8 +111,9 @@ class rank_execution final : public step_executor {
  private:
   rank_execution(rank_host& sim, progress_engine& engine, int rank, std::shared_ptr<const schedule::schedule> plan,
                  std::shared_ptr<const receive_index> receives, const signature& sig,
-                 const reduce::host_kernels& kernels, const std::byte* input, std::byte* output, step_depth* depths,
-                 std::size_t stride, std::unique_ptr<step_bookkeeping>&& book, const step_bookkeeping& view)
+                 const reduce::host_kernels& kernels, bool payloads, const std::byte* input, std::byte* output,
+                 step_depth* depths, std::size_t stride, std::unique_ptr<step_bookkeeping>&& book,
+                 const step_bookkeeping& view)
       : step_executor(engine, std::move(plan), sig, kernels, std::chrono::hours(24), std::move(book)),  // time is simulated
         book_(view),
         sim_(sim),
@@ -120,12 +123,12 @@ class rank_execution final : public step_executor {
         receives_(std::move(receives)),
         depths_(depths),
         stride_(stride) {
-    if (output) {
+    if (payloads) {
       payload_ = std::make_unique<payload>();
       payload_->scratch.resize(this->plan().scratch_bytes);
       payload_->held.assign(this->plan().steps.size(), no_message);
     }
-    mem_ = {input, output, output ? payload_->scratch.data() : nullptr};
+    mem_ = {input, output, payloads ? payload_->scratch.data() : nullptr};
     start();
   }
 
@@ -183,7 +186,7 @@ class rank_execution final : public step_executor {
   }
   /// A write's data lands in this rank's output or scratch.
   void land_write(const schedule::region& dst, const std::vector<std::byte>& data) {
-    if (mem_.output && !data.empty()) std::memcpy(mem_.write(dst), data.data(), data.size());
+    if (payload_ && !data.empty()) std::memcpy(mem_.write(dst), data.data(), data.size());
   }
 
  private:
@@ -196,7 +199,7 @@ class rank_execution final : public step_executor {
     const std::uint32_t depth = settle(id, 0);
     ++outstanding_;  // first: a flag or an empty send may finish() within send()
     sim_.send(rank_, shifted(st.peer), id, st,
-              st.kind == schedule::step_kind::notify || !mem_.output ? nullptr : mem_.read(st.src), depth);
+              st.kind == schedule::step_kind::notify || !payload_ ? nullptr : mem_.read(st.src), depth);
     return posted::started;
   }
 
@@ -222,7 +225,7 @@ class rank_execution final : public step_executor {
   bool run_local(schedule::step_id id) override {
     const schedule::step& st = step_at(id);
     settle(id, 0);
-    if (mem_.output) step_executor::run_local(id);
+    if (payload_) step_executor::run_local(id);
     const compute_costs& c = sim_.costs();
     switch (st.kind) {
       case schedule::step_kind::reduce: return charge(id, st.dst.bytes, c.reduce_bytes_per_second);
