@@ -23,10 +23,12 @@ schedule::descriptor call(collective kind, int p, std::size_t bytes) { return {k
 TEST(rooted_choice, automatic_takes_trees_for_small_messages_and_bandwidth_for_large) {
   const algorithm::automatic a{algorithm::automatic_settings{}};
   const topology::ring ring;
-  EXPECT_EQ(a.decide(ring, call(collective::reduce, 16, 8)).chosen, "binomial");
+  EXPECT_EQ(a.decide(ring, call(collective::reduce, 64, 8)).chosen, "binomial");
   EXPECT_EQ(a.decide(ring, call(collective::reduce, 16, 64 << 20)).chosen, "rabenseifner");
-  EXPECT_EQ(a.decide(ring, call(collective::gather, 16, 64)).chosen, "binomial");
-  EXPECT_EQ(a.decide(ring, call(collective::scatter, 16, 64)).chosen, "binomial");
+  // Linear's exchanges overlap (α + (p-2)g): it wins on small groups, the tree on large.
+  EXPECT_EQ(a.decide(ring, call(collective::gather, 64, 64)).chosen, "binomial");
+  EXPECT_EQ(a.decide(ring, call(collective::scatter, 64, 64)).chosen, "binomial");
+  EXPECT_EQ(a.decide(ring, call(collective::gather, 4, 64)).chosen, "linear");
   EXPECT_EQ(a.decide(ring, call(collective::alltoall, 64, 8)).chosen, "bruck");
   EXPECT_EQ(a.decide(ring, call(collective::alltoall, 64, 64 << 20)).chosen, "pairwise");
   // Only the algorithms that run the call are candidates, each priced.
@@ -44,7 +46,7 @@ TEST(rooted_choice, rules_name_the_new_calls_and_a_rule_for_every_call_leaves_th
   a.set_rules(algorithm::selection::parse("reduce@0-1K:linear; alltoall:pairwise; *:ring"));
   EXPECT_EQ(a.decide(topology::ring{}, call(collective::reduce, 8, 512)).chosen, "linear");
   EXPECT_EQ(a.decide(topology::ring{}, call(collective::alltoall, 64, 8)).chosen, "pairwise");
-  EXPECT_EQ(a.decide(topology::ring{}, call(collective::gather, 8, 8)).chosen, "binomial");  // '*:ring' left it
+  EXPECT_EQ(a.decide(topology::ring{}, call(collective::gather, 64, 8)).chosen, "binomial");  // '*:ring' left it
   EXPECT_EQ(a.decide(topology::ring{}, call(collective::allreduce, 8, 8)).chosen, "ring");
   a.set_rules(algorithm::selection::parse("gather:pairwise"));
   try {
