@@ -36,6 +36,7 @@ struct options {
   int ranks = 0;  // 0: the launcher's world size
   std::string provider;
   std::string algo;
+  bool persistent = false;  // --persistent 1: calls started as persistent ones (MPI_Start)
   std::string device;  // -G: buffers in device memory of this port ("host", "cuda"); empty: host memory
   std::vector<std::string> argv;  // the command line as given, for the JSON report
 };
@@ -97,6 +98,7 @@ inline void print_usage(std::FILE* f, std::string_view program) {
       "  --ranks <n>        ranks (in-process binaries; launcher binaries check it)\n"
       "  --provider <name>  transport provider (shm, tcp, ...)\n"
       "  --algo <name>      algorithm\n"
+      "  --persistent <0/1> start each size's calls as one persistent call (MPI_Start)  (0)\n"
       "  -G,--device <host|cuda>  buffers in device memory, calls on a stream: the CUDA port\n"
       "                     (built with nvcc), or the host port that stands in for it\n"
       "  -h,--help\n",
@@ -121,7 +123,7 @@ inline constexpr flag flags[] = {
     {'w', "warmup_iters"}, {'c', "check"}, {'d', "datatype"}, {'o', "op"}, {'r', "root"},
     {'a', "average"}, {'z', "blocking"}, {'J', "output_file"}, {'t', "nthreads"}, {'g', "ngpus"},
     {'R', "ranks"}, {'P', "provider"}, {'A', "algo"},  // long-only: their letters are internal keys
-    {'G', "device"}, {'W', "warmup_ms"},
+    {'G', "device"}, {'W', "warmup_ms"}, {'S', "persistent"},
 };
 
 inline std::optional<long> parse_int(std::string_view s) {
@@ -177,6 +179,7 @@ inline std::string apply(options& o, char key, std::string_view name, std::strin
     case 'J': o.output_file = v; return {};
     case 'P': o.provider = v; return {};
     case 'A': o.algo = v; return {};
+    case 'S': if (!as_int(0, 1, n)) return bad("0 or 1"); o.persistent = n != 0; return {};
     case 'G':
       if (v != "host" && v != "cuda") return bad("host or cuda");
       o.device = v;

@@ -58,6 +58,12 @@ class call {
  public:
   virtual ~call() = default;
   virtual void run(const std::byte* in, std::byte* out, std::size_t count, int root) = 0;
+  /// --persistent 1: each size's calls start one persistent call (MPI_Start) rather than
+  /// fresh ones.
+  void persist(bool on) { persistent_ = on; }
+
+ protected:
+  bool persistent_ = false;
 };
 
 // The harness's redop and mimatrix's op_kind list sum prod min max avg in one order.
@@ -75,6 +81,15 @@ class runtime_call final : public call {
         options_{algo == "auto" ? std::string() : algo, std::nullopt, stream} {}
 
   void run(const std::byte* in, std::byte* out, std::size_t count, int root) override {
+    if (persistent_) {
+      const prepared_key key{in, out, count, root};
+      if (!prepared_.valid() || !(key == key_)) {
+        prepared_ = prepare(in, out, count, root);
+        key_ = key;
+      }
+      prepared_.start().wait();
+      return;
+    }
     request pending;
     switch (c_) {
       case collective::allreduce: pending = coll_.allreduce(in, out, count, type_, op_, options_); break;
@@ -90,8 +105,32 @@ class runtime_call final : public call {
   }
 
  private:
+  persistent prepare(const std::byte* in, std::byte* out, std::size_t count, int root) {
+    switch (c_) {
+      case collective::allreduce: return coll_.allreduce_init(in, out, count, type_, op_, options_);
+      case collective::reduce_scatter: return coll_.reduce_scatter_init(in, out, count, type_, op_, options_);
+      case collective::allgather: return coll_.allgather_init(in, out, count, type_, options_);
+      case collective::broadcast: return coll_.broadcast_init(in, out, count, type_, root, options_);
+      case collective::reduce: return coll_.reduce_init(in, out, count, type_, op_, root, options_);
+      case collective::gather: return coll_.gather_init(in, out, count, type_, root, options_);
+      case collective::scatter: return coll_.scatter_init(in, out, count, type_, root, options_);
+      case collective::alltoall: return coll_.alltoall_init(in, out, count, type_, options_);
+    }
+    return {};
+  }
+
+  struct prepared_key {
+    const std::byte* in;
+    std::byte* out;
+    std::size_t count;
+    int root;
+    bool operator==(const prepared_key&) const = default;
+  };
+
   collective c_;
   collectives<transport::fabric, Topology> coll_;
+  persistent prepared_;
+  prepared_key key_{};
   mimatrix::dtype type_;
   reduce::op_kind op_;
   call_options options_;
@@ -210,6 +249,7 @@ class fabric_runner {
                                                                 type, o.op, o.algo, stream);
     else
       call_ = std::make_unique<runtime_call<topology::ring>>(c, comm_, topology::ring{}, type, o.op, o.algo, stream);
+    call_->persist(o.persistent);
   }
 
   int rank() const { return comm_.rank(); }
