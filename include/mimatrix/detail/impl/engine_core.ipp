@@ -77,8 +77,8 @@ struct engine_core::impl {
   [[noreturn]] void refuse(const prepared_call& call, const signature& sig, const std::string& why);
   /// Starts planned `call` as the call `sig` names: in the flight record and before the
   /// call hooks where they are on (`began`: when the caller called).
-  request launch(const prepared_call& call, const signature& sig, const schedule::descriptor& desc,
-                 std::chrono::steady_clock::time_point began);
+  request launch(const prepared_call& call, std::shared_ptr<const schedule::schedule> plan, const signature& sig,
+                 const schedule::descriptor& desc, std::chrono::steady_clock::time_point began);
   /// Whether a call on `stream` takes the schedules built for device memory that every
   /// peer reaches (schedule_source::build_on_shared_device). Alike on every rank.
   bool on_shared_device(const device::stream* stream) const {
@@ -131,9 +131,9 @@ MIMATRIX_DECL request engine_core::start(schedule::collective kind, const void* 
   const schedule::descriptor desc = call.descriptor(e.transport.size);
   if (auto why = e.problem(call, desc)) e.refuse(call, sig, *why);
   const plan_set& plans = e.plan_for(desc, e.on_shared_device(stream));
-  call.plan = e.pick(plans, desc, stream);
-  call.lowered = plans.lowered && call.plan == plans.lowered;
-  return e.launch(call, sig, desc, began);
+  auto plan = e.pick(plans, desc, stream);
+  call.lowered = plans.lowered && plan == plans.lowered;
+  return e.launch(call, std::move(plan), sig, desc, began);
 }
 
 MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare(
@@ -162,7 +162,7 @@ MIMATRIX_DECL request engine_core::start(const prepared_call& call) {
   const auto began = e.comm.call_hooks().empty() ? std::chrono::steady_clock::time_point{}
                                                  : std::chrono::steady_clock::now();
   const signature sig = e.take_signature(call);
-  return e.launch(call, sig, call.descriptor(e.transport.size), began);
+  return e.launch(call, call.plan, sig, call.descriptor(e.transport.size), began);
 }
 
 MIMATRIX_DECL signature engine_core::impl::take_signature(const prepared_call& call) {
@@ -199,7 +199,8 @@ MIMATRIX_DECL void engine_core::impl::refuse(const prepared_call& call, const si
   throw error(errc::invalid_argument, message);
 }
 
-MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call, const signature& sig,
+MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call,
+                                                std::shared_ptr<const schedule::schedule> plan, const signature& sig,
                                                 const schedule::descriptor& desc,
                                                 std::chrono::steady_clock::time_point began) {
   const transport_face& t = transport;
@@ -210,12 +211,12 @@ MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call, const
   const auto launch_plan = [&]() -> std::unique_ptr<operation> {
     const auto* input = static_cast<const std::byte*>(call.in);
     auto* output = static_cast<std::byte*>(call.out);
-    if (!stream) return t.start(t.transport, call.plan, input, output, sig, kernels, deadline);
+    if (!stream) return t.start(t.transport, std::move(plan), input, output, sig, kernels, deadline);
     if (t.start_on_device)
-      return t.start_on_device(t.transport, call.plan, input, output, sig, kernels, deadline, *stream);
+      return t.start_on_device(t.transport, std::move(plan), input, output, sig, kernels, deadline, *stream);
     return run_staged(*stream, input, desc.input_bytes(t.rank), output, desc.output_bytes(t.rank),
                       [&](const std::byte* host_in, std::byte* host_out) {
-                        return t.start(t.transport, call.plan, host_in, host_out, sig, kernels, deadline);
+                        return t.start(t.transport, plan, host_in, host_out, sig, kernels, deadline);
                       });
   };
   transport::stall_note* note = nullptr;  // the flight record's, set before the launch
@@ -241,9 +242,10 @@ MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call, const
     f.path = !stream ? flight_path::host : t.start_on_device ? flight_path::device : flight_path::staged;
     f.barrier = call.barrier;
     f.lowered = call.lowered;
-    copy_cut(f.algorithm, call.plan->algorithm);
+    copy_cut(f.algorithm, plan->algorithm);
     note = flight->record().start(f);
   }
+  const std::string_view algorithm = plan->algorithm;  // the plan outlives the call: the executor holds it
   std::unique_ptr<operation> op;
   try {
     op = launch_call();
@@ -254,7 +256,7 @@ MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call, const
   if (hooked) {
     call_record r;
     r.start = began;
-    r.algorithm = call.plan->algorithm;
+    r.algorithm = algorithm;
     r.kind = call.kind;
     r.sequence = sequence;
     r.tag = call.tag;
