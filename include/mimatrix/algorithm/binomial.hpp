@@ -33,14 +33,18 @@ namespace mimatrix::algorithm {
 ///     7 -> 6
 ///
 /// A subtree's positions wrap past rank p-1 at most once, below the root: those go as
-/// two messages, one for each run of consecutive ranks, straight from and into the
-/// root's buffer. Elsewhere a subtree's blocks sit in scratch, in position order. Reduce
-/// is cut into chunks of the policy's size, so the levels of the tree pipeline.
+/// two runs, one for each run of consecutive ranks, straight from and into the root's
+/// buffer. Elsewhere a subtree's blocks sit in scratch, in position order. Every message
+/// is cut into chunks of the policy's size (a run's bytes, so small blocks still travel
+/// together), and each chunk moves on as soon as what it holds has arrived: the levels
+/// of the tree pipeline, for reduce, gather and scatter alike.
 ///
 /// Cost: reduce ⌊lg p⌋α + ⌈lg p⌉·n(β + γ); gather, scatter ⌊lg p⌋α + (p-1)/p·Nβ (N:
-/// the root's p blocks). The root takes ⌈lg p⌉ messages, but the longest chain of them,
+/// the root's p blocks). The root takes ⌈lg p⌉ runs, but the longest chain of them,
 /// from the deepest position (2^⌊lg p⌋ - 1), is ⌊lg p⌋ hops: on other p than powers of
-/// two, the subtrees' start-ups overlap the root's other messages.
+/// two, the subtrees' start-ups overlap the root's other messages. Chunked, the
+/// bandwidth term stays the root's (p-1)/p·Nβ; filling the pipeline adds up to ⌊lg p⌋
+/// chunks' β, which the model leaves out.
 ///
 /// @par Thread Safety
 /// Immutable: `build` may be called from any number of threads.
@@ -67,12 +71,11 @@ class binomial {
       return std::move(b).build();
     }
     const detail::binomial_tree tree(desc, rank);
+    const std::size_t chunk_elems = detail::chunk_elems_for(tuning_, desc.elem_size);
     switch (desc.kind) {
-      case schedule::collective::reduce:
-        build_reduce(b, tree, detail::chunk_elems_for(tuning_, desc.elem_size));
-        break;
-      case schedule::collective::gather: build_gather(b, tree); break;
-      case schedule::collective::scatter: build_scatter(b, tree); break;
+      case schedule::collective::reduce: build_reduce(b, tree, chunk_elems); break;
+      case schedule::collective::gather: build_gather(b, tree, chunk_elems); break;
+      case schedule::collective::scatter: build_scatter(b, tree, chunk_elems); break;
       default: break;
     }
     return std::move(b).build();
@@ -110,7 +113,7 @@ class binomial {
     const detail::chunking ch{d.count, chunk_elems};
     for (std::size_t k = 0; k < ch.chunks(); ++k) {
       const auto tag = static_cast<std::uint32_t>(k);
-      const auto at = [&](region r) { return region{r.where, r.offset + ch.start(k) * es, ch.length(k) * es}; };
+      const auto at = [&](region r) { return detail::chunk_of(r, ch, k, es); };
       region src = at({buffer::input, 0, d.count * es});
       std::vector<schedule::step_id> last;
       for (int c : children) {
@@ -129,74 +132,126 @@ class binomial {
     return {r.where, r.offset + std::size_t(first) * block, std::size_t(blocks) * block};
   }
 
-  /// What position v's subtree holds, as the messages between v and its parent: one,
-  /// or a message a run of ranks below the root (tag = run); offsets from position v.
+  /// What position v's subtree holds, as the runs between v and its parent: one, or a
+  /// run of ranks below the root each; offsets from position v.
   static std::vector<detail::rank_run> to_parent(const detail::binomial_tree& t, int v) {
     if (v - t.span(v) == 0) return t.runs(v, v + t.extent(v));
     return {{v, t.rank_at(v), t.extent(v)}};
   }
 
-  static void build_gather(schedule::builder& b, const detail::binomial_tree& t) {
+  /// The messages between position c and its parent: each run, where `place(run)` has
+  /// it, cut into chunks; `f(chunk, tag)`, the tag counting them (both ends agree).
+  template <class Place, class F>
+  static void for_each_message(const detail::binomial_tree& t, int c, std::size_t chunk_elems, std::size_t elem_size,
+                               Place place, F f) {
+    std::uint32_t tag = 0;
+    for (const auto& run : to_parent(t, c))
+      detail::for_each_chunk(place(run), chunk_elems, elem_size, [&](region piece, std::size_t) { f(piece, tag++); });
+  }
+
+  /// The steps that wrote ranges of one scratch region, by offset, so that a chunk read
+  /// from it waits for just the writes it overlaps (read in increasing offsets).
+  struct writes {
+    std::vector<std::pair<region, schedule::step_id>> by_offset;
+    std::size_t from = 0;
+
+    void sort() {
+      std::sort(by_offset.begin(), by_offset.end(),
+                [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
+    }
+    void rewind() { from = 0; }
+    /// The writes that overlap `r` appended to `deps`; `r` may not start before the last.
+    void overlapping(region r, std::vector<schedule::step_id>& deps) {
+      const auto end = [](region x) { return x.offset + x.bytes; };
+      while (from < by_offset.size() && end(by_offset[from].first) <= r.offset) ++from;
+      for (std::size_t j = from; j < by_offset.size() && by_offset[j].first.offset < end(r); ++j)
+        deps.push_back(by_offset[j].second);
+    }
+  };
+
+  /// Each chunk of a subtree's range climbs on its own: a rank forwards it once the
+  /// writes it overlaps (its own block's copy, its children's chunks) are done.
+  static void build_gather(schedule::builder& b, const detail::binomial_tree& t, std::size_t chunk_elems) {
     const auto& d = b.desc();
-    const std::size_t block = d.count * d.elem_size;
+    const std::size_t es = d.elem_size, block = d.count * es;
     const region in{buffer::input, 0, block};
     const int v = t.position;
     if (v == 0) {
       // In place the input is the root's output block: the copy is then a no-op.
       b.copy(in, blocks_of({buffer::output, 0, 0}, t.root, 1, block));
-      for (int c : t.children()) {
-        std::uint32_t tag = 0;
-        for (const auto& run : to_parent(t, c))
-          b.recv(t.rank_at(c), tag++, blocks_of({buffer::output, 0, 0}, run.rank, run.blocks, block));
-      }
+      for (int c : t.children())
+        for_each_message(
+            t, c, chunk_elems, es,
+            [&](const detail::rank_run& run) { return blocks_of({buffer::output, 0, 0}, run.rank, run.blocks, block); },
+            [&](region piece, std::uint32_t tag) { b.recv(t.rank_at(c), tag, piece); });
       return;
     }
-    const int extent = t.extent(v);
-    std::vector<schedule::step_id> held;
     region acc = in;
-    if (extent > 1) {
-      acc = b.scratch(std::size_t(extent) * block);
-      held.push_back(b.copy(in, blocks_of(acc, 0, 1, block)));
-      for (int c : t.children()) held.push_back(b.recv(t.rank_at(c), 0, blocks_of(acc, c - v, t.extent(c), block)));
+    writes held;
+    if (t.extent(v) > 1) {
+      acc = b.scratch(std::size_t(t.extent(v)) * block);
+      const region own = blocks_of(acc, 0, 1, block);
+      held.by_offset.emplace_back(own, b.copy(in, own));
+      for (int c : t.children())
+        for_each_message(
+            t, c, chunk_elems, es,
+            [&](const detail::rank_run& run) { return blocks_of(acc, run.first - v, run.blocks, block); },
+            [&](region piece, std::uint32_t tag) { held.by_offset.emplace_back(piece, b.recv(t.rank_at(c), tag, piece)); });
+      held.sort();
     }
-    std::uint32_t tag = 0;
-    for (const auto& run : to_parent(t, v))
-      b.add(schedule::step_kind::send, t.rank_at(t.parent()), tag++, blocks_of(acc, run.first - v, run.blocks, block),
-            {}, held);
+    std::vector<schedule::step_id> after;
+    for_each_message(
+        t, v, chunk_elems, es,
+        [&](const detail::rank_run& run) { return blocks_of(acc, run.first - v, run.blocks, block); },
+        [&](region piece, std::uint32_t tag) {
+          after.clear();
+          held.overlapping(piece, after);
+          b.add(schedule::step_kind::send, t.rank_at(t.parent()), tag, piece, {}, after);
+        });
   }
 
-  /// One send after another, the largest subtree first (as recursive_doubling's
-  /// broadcast: sent at once they would share the link and delay every subtree).
-  static void build_scatter(schedule::builder& b, const detail::binomial_tree& t) {
+  /// One child after another, the largest subtree first (as recursive_doubling's
+  /// broadcast: sent at once they would share the link and delay every subtree): a
+  /// child's chunks wait for the previous child's last; each chunk a rank forwards
+  /// waits too for the chunks from its parent that it overlaps.
+  static void build_scatter(schedule::builder& b, const detail::binomial_tree& t, std::size_t chunk_elems) {
     const auto& d = b.desc();
-    const std::size_t block = d.count * d.elem_size;
+    const std::size_t es = d.elem_size, block = d.count * es;
     const region out{buffer::output, 0, block};
     const int v = t.position;
-    std::vector<schedule::step_id> after;
-    if (v == 0) {
-      for (int c : t.children()) {
-        std::uint32_t tag = 0;
-        for (const auto& run : to_parent(t, c)) {
-          const auto src = blocks_of({buffer::input, 0, 0}, run.rank, run.blocks, block);
-          after.assign(1, b.add(schedule::step_kind::send, t.rank_at(c), tag++, src, {}, after));
-        }
-      }
-      // In place the output is the root's input block, which no send reads.
-      b.copy(blocks_of({buffer::input, 0, 0}, t.root, 1, block), out);
-      return;
-    }
     const int extent = t.extent(v);
-    const region acc = extent > 1 ? b.scratch(std::size_t(extent) * block) : out;
-    std::vector<schedule::step_id> held;
-    std::uint32_t tag = 0;
-    for (const auto& run : to_parent(t, v))
-      held.push_back(b.recv(t.rank_at(t.parent()), tag++, blocks_of(acc, run.first - v, run.blocks, block)));
-    if (extent == 1) return;
-    b.add(schedule::step_kind::copy, -1, 0, blocks_of(acc, 0, 1, block), out, held);
-    after = held;
-    for (int c : t.children())
-      after.assign(1, b.add(schedule::step_kind::send, t.rank_at(c), 0, blocks_of(acc, c - v, t.extent(c), block),
-                            {}, after));
+    const region acc = v == 0 ? region{buffer::input, 0, 0} : extent > 1 ? b.scratch(std::size_t(extent) * block) : out;
+    writes held;
+    if (v != 0) {
+      for_each_message(
+          t, v, chunk_elems, es,
+          [&](const detail::rank_run& run) { return blocks_of(acc, run.first - v, run.blocks, block); },
+          [&](region piece, std::uint32_t tag) {
+            held.by_offset.emplace_back(piece, b.recv(t.rank_at(t.parent()), tag, piece));
+          });
+      if (extent == 1) return;
+      std::vector<schedule::step_id> own;
+      held.overlapping(blocks_of(acc, 0, 1, block), own);
+      b.add(schedule::step_kind::copy, -1, 0, blocks_of(acc, 0, 1, block), out, own);
+    }
+    // The root's runs sit in its input at their ranks' blocks; elsewhere in scratch.
+    const auto place = [&](const detail::rank_run& run) {
+      return v == 0 ? blocks_of(acc, run.rank, run.blocks, block) : blocks_of(acc, run.first - v, run.blocks, block);
+    };
+    std::optional<schedule::step_id> previous_child;
+    std::vector<schedule::step_id> after;
+    for (int c : t.children()) {
+      const auto before = previous_child;
+      held.rewind();
+      for_each_message(t, c, chunk_elems, es, place, [&](region piece, std::uint32_t tag) {
+        after.clear();
+        if (before) after.push_back(*before);
+        held.overlapping(piece, after);
+        previous_child = b.add(schedule::step_kind::send, t.rank_at(c), tag, piece, {}, after);
+      });
+    }
+    // In place the root's output is its input block, which no send reads.
+    if (v == 0) b.copy(blocks_of(acc, t.root, 1, block), out);
   }
 
   policy tuning_ = select_policy();

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "mimatrix/algorithm/detail/partition.hpp"
 #include "mimatrix/algorithm/detail/rooted.hpp"
+#include "mimatrix/algorithm/policy.hpp"
 #include "mimatrix/model/cost.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/topology/layout.hpp"
@@ -25,7 +28,9 @@ namespace mimatrix::algorithm {
 ///   rank 3 ──B3──┘
 ///
 /// Nothing is forwarded, so a block travels once, but the root handles p-1 messages and
-/// takes all its traffic on one link: right for small groups or as a baseline.
+/// takes all its traffic on one link: right for small groups or as a baseline. A gather
+/// or scatter block goes as chunks of the policy's size, a message each (tag = chunk),
+/// straight from and into the user's buffers; reduce sends whole buffers.
 ///
 /// Every exchange is in flight at once, so their start-ups overlap: one α, the other
 /// p-2 messages at the gap g (as GDRAA's direct phase), then the root's link and its
@@ -43,6 +48,9 @@ class linear {
            k == schedule::collective::scatter;
   }
 
+  linear() = default;
+  explicit linear(policy tuning) : tuning_(tuning) {}
+
   template <topology::layout Topology>
   schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     topo.check(desc.size);
@@ -57,21 +65,37 @@ class linear {
     const std::size_t block = desc.count * desc.elem_size;
     const region in{buffer::input, 0, block}, out{buffer::output, 0, block};
     const auto block_of = [&](buffer where, int r) { return region{where, std::size_t(r) * block, block}; };
+    const std::size_t chunk_elems = detail::chunk_elems_for(tuning_, desc.elem_size);
+    // Block `r` to or from `peer`, a message a chunk.
+    const auto exchange = [&](schedule::step_kind kind, int peer, region r) {
+      detail::for_each_chunk(r, chunk_elems, desc.elem_size, [&](region piece, std::size_t c) {
+        const auto tag = static_cast<std::uint32_t>(c);
+        if (kind == schedule::step_kind::send)
+          b.send(peer, tag, piece);
+        else
+          b.recv(peer, tag, piece);
+      });
+    };
+    const bool reduces = desc.kind == schedule::collective::reduce;
     if (rank != root) {
-      if (desc.kind == schedule::collective::scatter)
-        b.recv(root, 0, out);
-      else
+      if (reduces)
         b.send(root, 0, in);
+      else
+        exchange(desc.kind == schedule::collective::scatter ? schedule::step_kind::recv : schedule::step_kind::send,
+                 root, desc.kind == schedule::collective::scatter ? out : in);
       return std::move(b).build();
     }
-    b.reserve(std::size_t(p) + 1, std::size_t(p));
+    const std::size_t messages = reduces ? 1 : detail::chunking{desc.count, chunk_elems}.chunks();
+    b.reserve(std::size_t(p - 1) * messages + 2, std::size_t(p));
     switch (desc.kind) {
       case schedule::collective::gather:
         b.copy(in, block_of(buffer::output, root));  // in place: the same bytes, a no-op
-        for (int k = 1; k < p; ++k) b.recv((root + k) % p, 0, block_of(buffer::output, (root + k) % p));
+        for (int k = 1; k < p; ++k)
+          exchange(schedule::step_kind::recv, (root + k) % p, block_of(buffer::output, (root + k) % p));
         break;
       case schedule::collective::scatter:
-        for (int k = 1; k < p; ++k) b.send((root + k) % p, 0, block_of(buffer::input, (root + k) % p));
+        for (int k = 1; k < p; ++k)
+          exchange(schedule::step_kind::send, (root + k) % p, block_of(buffer::input, (root + k) % p));
         b.copy(block_of(buffer::input, root), out);  // in place: the same bytes
         break;
       default: {
@@ -100,9 +124,14 @@ class linear {
     return start + model::detail::fraction(d.size) * n * d.size * l.beta;
   }
 
+  const policy& tuning() const { return tuning_; }
+  void complete_policy(const policy& suggested) { tuning_ = complete(tuning_, suggested); }
+
  private:
   using buffer = schedule::buffer;
   using region = schedule::region;
+
+  policy tuning_ = select_policy();
 };
 
 }  // namespace mimatrix::algorithm

@@ -53,7 +53,71 @@ TEST_P(binomial_verified, every_collective_count_and_root) {
         }
 }
 
+class binomial_chunked : public ::testing::TestWithParam<int> {};
+
+// Gather and scatter cut into chunks of 8 and 12 bytes (2 and 3 elements of 4 bytes, 4
+// and 6 of 2), so that chunks straddle blocks and subtrees' runs split unevenly, each
+// forwarded as soon as what it overlaps has arrived; proved in place and out of place.
+TEST_P(binomial_chunked, gather_and_scatter_in_small_chunks) {
+  const int p = GetParam();
+  const std::size_t sp = static_cast<std::size_t>(p);
+  for (std::size_t chunk : {std::size_t(8), std::size_t(12)})
+    for (std::size_t elem_size : {std::size_t(4), std::size_t(2)})
+      for (collective kind : {collective::gather, collective::scatter})
+        for (std::size_t n : {std::size_t(1), std::size_t(5), sp + 1, 2 * sp + 3})
+          for (int root : {0, p / 2, p - 1}) {
+            test::expect_proved(algorithm::binomial(algorithm::policy{chunk}), topology::ring{},
+                                {kind, p, n, elem_size, root});
+            if (HasFatalFailure()) return;
+          }
+}
+
 INSTANTIATE_TEST_SUITE_P(p, binomial_verified, ::testing::ValuesIn(test::verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, binomial_chunked, ::testing::Range(1, 18));
+
+// p = 2: rank 1's block of 44 bytes in chunks of 12 goes as ceil(44/12) = 4 messages
+// (12, 12, 12, 8, tags 0..3) straight into or out of the root's buffer. p = 8, root 0:
+// position 4's subtree (4 blocks, 176 bytes) reaches the root as ceil(176/12) = 15.
+TEST(binomial, a_block_larger_than_the_chunk_goes_as_ceil_bytes_over_chunk_messages) {
+  const algorithm::binomial a(algorithm::policy{12});
+  for (collective kind : {collective::gather, collective::scatter})
+    for (int p : {2, 8}) {
+      const schedule::descriptor d{kind, p, 11, 4, 0};
+      const auto root = a.build(topology::ring{}, d, 0);
+      const int peer = p / 2;
+      int messages = 0;
+      std::size_t bytes = 0;
+      for (const auto& st : root.steps) {
+        if (st.kind != step_kind::send && st.kind != step_kind::recv) continue;
+        const auto& where = st.kind == step_kind::send ? st.src : st.dst;
+        EXPECT_LE(where.bytes, 12u);
+        if (st.peer != peer) continue;
+        EXPECT_GE(where.offset, std::size_t(peer) * 44u);
+        EXPECT_EQ(st.tag, std::uint32_t(messages));
+        bytes += where.bytes;
+        ++messages;
+      }
+      const std::size_t subtree = std::size_t(p - peer) * 44u;
+      EXPECT_EQ(bytes, subtree) << schedule::to_text(root);
+      EXPECT_EQ(messages, int((subtree + 11) / 12)) << schedule::to_text(root);
+    }
+}
+
+// Gather on p = 4, root 0, in chunks of one block: position 2 forwards its own block's
+// chunk after its copy alone, not after position 3's, which it forwards after receiving.
+TEST(binomial, gather_forwards_each_chunk_once_it_has_arrived) {
+  const algorithm::binomial a(algorithm::policy{16});
+  const auto s = a.build(topology::ring{}, {collective::gather, 4, 4, 4, 0}, 2);
+  std::vector<schedule::step_id> sends;
+  for (std::size_t i = 0; i < s.steps.size(); ++i)
+    if (s.steps[i].kind == step_kind::send) sends.push_back(schedule::step_id(i));
+  ASSERT_EQ(sends.size(), 2u) << schedule::to_text(s);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto deps = s.deps(sends[k]);
+    ASSERT_EQ(deps.size(), 1u) << schedule::to_text(s);
+    EXPECT_EQ(s.steps[deps[0]].kind, k == 0 ? step_kind::copy : step_kind::recv) << schedule::to_text(s);
+  }
+}
 
 int ceil_lg(int p) {
   int lg = 0;

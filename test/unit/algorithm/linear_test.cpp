@@ -43,7 +43,56 @@ TEST_P(linear_verified, every_collective_count_and_root) {
         }
 }
 
+class linear_chunked : public ::testing::TestWithParam<int> {};
+
+// Gather and scatter cut into chunks of 8 and 12 bytes (2 and 3 elements of 4 bytes, 4
+// and 6 of 2), so that blocks split unevenly, a message a chunk; proved in place and
+// out of place.
+TEST_P(linear_chunked, gather_and_scatter_in_small_chunks) {
+  const int p = GetParam();
+  const std::size_t sp = static_cast<std::size_t>(p);
+  for (std::size_t chunk : {std::size_t(8), std::size_t(12)})
+    for (std::size_t elem_size : {std::size_t(4), std::size_t(2)})
+      for (collective kind : {collective::gather, collective::scatter})
+        for (std::size_t n : {std::size_t(1), std::size_t(5), sp + 1, 2 * sp + 3})
+          for (int root : {0, p / 2, p - 1}) {
+            test::expect_proved(algorithm::linear(algorithm::policy{chunk}), topology::ring{},
+                                {kind, p, n, elem_size, root});
+            if (HasFatalFailure()) return;
+          }
+}
+
 INSTANTIATE_TEST_SUITE_P(p, linear_verified, ::testing::ValuesIn(test::verified_world_sizes()));
+INSTANTIATE_TEST_SUITE_P(p, linear_chunked, ::testing::Range(1, 18));
+
+// A block of 44 bytes in chunks of 12 goes as ceil(44/12) = 4 messages (12, 12, 12, 8),
+// each straight into or out of its place in the root's buffer, tags 0..3.
+TEST(linear, a_block_larger_than_the_chunk_goes_as_ceil_bytes_over_chunk_messages) {
+  const int p = 5, root = 2;
+  const algorithm::linear a(algorithm::policy{12});
+  for (collective kind : {collective::gather, collective::scatter}) {
+    const schedule::descriptor d{kind, p, 11, 4, root};
+    for (int r = 0; r < p; ++r) {
+      const auto s = a.build(topology::ring{}, d, r);
+      int messages = 0;
+      std::size_t bytes = 0;
+      for (const auto& st : s.steps) {
+        if (st.kind != step_kind::send && st.kind != step_kind::recv) continue;
+        const auto& where = st.kind == step_kind::send ? st.src : st.dst;
+        EXPECT_LE(where.bytes, 12u);
+        if (r == root) {
+          EXPECT_GE(where.offset, std::size_t(st.peer) * 44u);
+          EXPECT_LE(where.offset + where.bytes, std::size_t(st.peer + 1) * 44u);
+        }
+        EXPECT_LT(st.tag, 4u);
+        bytes += where.bytes;
+        ++messages;
+      }
+      EXPECT_EQ(messages, r == root ? 4 * (p - 1) : 4) << schedule::to_text(s);
+      EXPECT_EQ(bytes, (r == root ? std::size_t(p - 1) : 1u) * 44u);
+    }
+  }
+}
 
 // The root receives each block straight into its place in the output; the others send once.
 TEST(linear, gather_root_receives_p_minus_1_blocks_into_the_output) {

@@ -32,6 +32,19 @@ inline std::size_t chunk_elems_for(const policy& tuning, std::size_t elem_size) 
   return std::max<std::size_t>(1, chunk_bytes_of(tuning) / elem_size);
 }
 
+/// Chunk `c` of `r` as `ch` cuts it, `ch` counting in units of `unit` bytes (an element).
+inline schedule::region chunk_of(schedule::region r, const chunking& ch, std::size_t c, std::size_t unit) {
+  return {r.where, r.offset + ch.start(c) * unit, ch.length(c) * unit};
+}
+
+/// `r` cut into chunks of at most `chunk_elems` elements of `elem_size` bytes, in order:
+/// calls `f(chunk, c)` for c = 0, 1, ... (a message each, in gather and scatter).
+template <class F>
+void for_each_chunk(schedule::region r, std::size_t chunk_elems, std::size_t elem_size, F&& f) {
+  const chunking ch{r.bytes / elem_size, chunk_elems};
+  for (std::size_t c = 0; c < ch.chunks(); ++c) f(chunk_of(r, ch, c, elem_size), c);
+}
+
 /// Elements [first, first + n) of a buffer, as a byte region.
 inline schedule::region elements(schedule::buffer where, std::size_t first, std::size_t n, std::size_t elem_size) {
   return {where, first * elem_size, n * elem_size};

@@ -141,7 +141,7 @@ TEST(rooted_simulation, without_contention_every_algorithm_takes_its_predicted_t
         for (collective kind : {collective::reduce, collective::gather, collective::scatter}) {
           const schedule::descriptor d{kind, p, count, 4, root};
           expect_predicted_time(algorithm::binomial(whole), d);
-          expect_predicted_time(algorithm::linear{}, d);
+          expect_predicted_time(algorithm::linear(whole), d);
         }
         expect_predicted_time(algorithm::rabenseifner(whole), {collective::reduce, p, count, 4, root}, folded);
       }
