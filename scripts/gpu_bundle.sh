@@ -28,6 +28,10 @@ binaries=(
   benchmark/perf/reduce_scatter_perf
   benchmark/perf/allgather_perf
   benchmark/perf/broadcast_perf
+  benchmark/perf/reduce_perf
+  benchmark/perf/gather_perf
+  benchmark/perf/scatter_perf
+  benchmark/perf/alltoall_perf
 )
 
 for b in "${binaries[@]}"; do
@@ -135,6 +139,12 @@ for c in reduce_scatter allgather broadcast; do
   perf3=("$here/bin/${c}_perf" --ranks 3 --provider shm -G cuda -b 3M -e 192M -f 4 -n 20 -w 5 -c 1)
   MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3" "${perf3[@]}"
   MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3_ring" "${perf3[@]}" --algo ring
+done
+# Reduce, gather, scatter and alltoall on device buffers (issue 54): their first GPU runs,
+# small, checked.
+for c in reduce gather scatter alltoall; do
+  MIMATRIX_DEVICE_IPC=1 step "perf_${c}_3" "$here/bin/${c}_perf" --ranks 3 --provider shm -G cuda -b 3K -e 48M -f 16 \
+    -n 10 -w 3 -c 1
 done
 RUN
 chmod +x "$out/run.sh"

@@ -92,7 +92,7 @@ inline bool execution::find_untaken() {
   fail(errc::mismatch,
        describe(stuck_context(), "rank " + std::to_string(from) + " sent this rank a message of " + to_string(sig()) +
                                      " that no step of this rank takes: the ranks disagree on the call (for a "
-                                     "broadcast, most likely on its root; this rank's is " +
+                                     "call with a root, most likely on its root; this rank's is " +
                                      std::to_string(sig().root) + ")"));
   return false;
 }
