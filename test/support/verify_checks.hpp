@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "mimatrix/algorithm/policy.hpp"
+#include "mimatrix/core/error.hpp"
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/verify.hpp"
+#include "mimatrix/topology/ring.hpp"
 #include "support/grid.hpp"
 
 namespace mimatrix::test {
@@ -35,6 +38,39 @@ void expect_proved(const Algorithm& algo, const Topology& topo, const schedule::
     ASSERT_TRUE(result) << Algorithm::name << ": " << schedule::to_string(d) << " root=" << d.root << chunk << context
                         << (in_place ? " in place" : " out of place") << ": " << result.message;
   }
+}
+
+/// A build of collective `kind`, which `algo` does not run, is refused with invalid_argument
+/// naming the algorithm, the call and the rank, even with nothing to move.
+template <class Algorithm>
+void expect_refuses(const Algorithm& algo, schedule::collective kind) {
+  for (std::size_t n : {std::size_t(0), std::size_t(4)}) {
+    try {
+      (void)algo.build(topology::ring{}, {kind, 4, n, 4, 0}, 1);
+      ADD_FAILURE() << Algorithm::name << " built a " << schedule::to_string(kind) << " schedule";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), make_error_code(errc::invalid_argument));
+      const std::string want = "rank 1: algorithm " + std::string(Algorithm::name) + " builds no " +
+                               std::string(schedule::to_string(kind));
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+/// Gather and scatter of `make(chunk)` proved on p ranks with chunks of 8 and 12 bytes
+/// (2 and 3 elements of 4 bytes, 4 and 6 of 2), so that chunks straddle blocks, for
+/// several counts and roots, in place and out of place.
+template <class Make>
+void expect_gather_and_scatter_proved_in_small_chunks(int p, Make make) {
+  const std::size_t sp = static_cast<std::size_t>(p);
+  for (std::size_t chunk : {std::size_t(8), std::size_t(12)})
+    for (std::size_t elem_size : {std::size_t(4), std::size_t(2)})
+      for (schedule::collective kind : {schedule::collective::gather, schedule::collective::scatter})
+        for (std::size_t n : {std::size_t(1), std::size_t(5), sp + 1, 2 * sp + 3})
+          for (int root : {0, p / 2, p - 1}) {
+            expect_proved(make(algorithm::policy{chunk}), topology::ring{}, {kind, p, n, elem_size, root});
+            if (::testing::Test::HasFatalFailure()) return;
+          }
 }
 
 /// p = 1..64 in a long-tier build; otherwise (quick tier, sanitizers) p <= 17 and sizes

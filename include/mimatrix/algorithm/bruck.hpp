@@ -56,7 +56,7 @@ class bruck {
   schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
-    if (!runs(desc.kind)) refuse_collective(name, desc.kind);
+    if (!runs(desc.kind)) refuse_collective(name, desc.kind, rank);
     if (desc.count == 0) return std::move(b).build();
     build_alltoall(b);
     return std::move(b).build();

@@ -32,10 +32,11 @@ constexpr bool runs_collective(schedule::collective kind) {
 }
 
 /// For a direct build() of a collective that `algorithm` does not run (automatic and the
-/// typed collectives ask runs_collective first): an invalid_argument naming both.
-[[noreturn]] inline void refuse_collective(std::string_view algorithm, schedule::collective kind) {
-  throw error(errc::invalid_argument, "algorithm " + std::string(algorithm) + " builds no " +
-                                          std::string(schedule::to_string(kind)) + " schedule");
+/// typed collectives ask runs_collective first): an invalid_argument naming both and the
+/// rank that asked.
+[[noreturn]] inline void refuse_collective(std::string_view algorithm, schedule::collective kind, int rank) {
+  throw error(errc::invalid_argument, "rank " + std::to_string(rank) + ": algorithm " + std::string(algorithm) +
+                                          " builds no " + std::string(schedule::to_string(kind)) + " schedule");
 }
 
 /// `Algorithm` generates schedules on `Topology`.

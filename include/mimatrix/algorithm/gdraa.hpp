@@ -62,7 +62,7 @@ class gdraa {
       case schedule::collective::reduce_scatter: (void)build_reduce_scatter(b); break;
       case schedule::collective::allgather: build_allgather(b); break;
       case schedule::collective::broadcast: build_broadcast(b); break;
-      default: refuse_collective(name, desc.kind);
+      default: refuse_collective(name, desc.kind, rank);
     }
     return std::move(b).build();
   }
@@ -116,7 +116,7 @@ class gdraa {
           if (j != r) b.write(j, sync_2, in, out, {copied});
         break;
       }
-      default: refuse_collective(name, desc.kind);
+      default: refuse_collective(name, desc.kind, rank);
       case schedule::collective::allreduce: break;
     }
     return std::move(b).build();

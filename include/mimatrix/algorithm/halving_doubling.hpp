@@ -428,7 +428,7 @@ class halving_doubling {
         break;
       case schedule::collective::allgather: detail::build_hd_allgather(b, detail::fold(desc.size, order), chunk); break;
       case schedule::collective::broadcast: detail::build_hd_broadcast(b, order, chunk); break;
-      default: refuse_collective(name, desc.kind);
+      default: refuse_collective(name, desc.kind, rank);
     }
     return std::move(b).build();
   }

@@ -110,7 +110,7 @@ class hierarchical {
       case schedule::collective::reduce_scatter: x.reduce_scatter(b); break;
       case schedule::collective::allgather: x.allgather(b); break;
       case schedule::collective::broadcast: x.broadcast(b); break;
-      default: refuse_collective(name, desc.kind);
+      default: refuse_collective(name, desc.kind, rank);
     }
     return std::move(b).build();
   }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "mimatrix/algorithm/default_for.hpp"
 #include "mimatrix/algorithm/detail/partition.hpp"
 #include "mimatrix/algorithm/detail/rooted.hpp"
 #include "mimatrix/algorithm/policy.hpp"
@@ -55,7 +56,7 @@ class linear {
   schedule::schedule build(const Topology& topo, const schedule::descriptor& desc, int rank) const {
     topo.check(desc.size);
     schedule::builder b(desc, rank, name);
-    if (!runs(desc.kind)) detail::refuse_collective(name, desc, rank, "reduce, gather and scatter");
+    if (!runs(desc.kind)) refuse_collective(name, desc.kind, rank);
     if (desc.count == 0) return std::move(b).build();
     if (desc.size == 1) {
       detail::build_rooted_single(b);

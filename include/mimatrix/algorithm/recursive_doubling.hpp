@@ -66,7 +66,7 @@ class recursive_doubling {
       case schedule::collective::reduce_scatter: detail::build_hd_reduce_scatter(b, f, whole); break;
       case schedule::collective::allgather: detail::build_hd_allgather(b, f, whole); break;
       case schedule::collective::broadcast: build_broadcast(b); break;
-      default: refuse_collective(name, desc.kind);
+      default: refuse_collective(name, desc.kind, rank);
     }
     return std::move(b).build();
   }

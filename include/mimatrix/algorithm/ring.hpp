@@ -51,7 +51,7 @@ class ring {
       case schedule::collective::reduce_scatter: build_reduce_scatter(b, ctx); break;
       case schedule::collective::allgather: build_allgather(b, ctx); break;
       case schedule::collective::broadcast: build_broadcast(b, ctx); break;
-      default: refuse_collective(name, desc.kind);
+      default: refuse_collective(name, desc.kind, rank);
     }
     return std::move(b).build();
   }

@@ -59,17 +59,7 @@ class binomial_chunked : public ::testing::TestWithParam<int> {};
 // and 6 of 2), so that chunks straddle blocks and subtrees' runs split unevenly, each
 // forwarded as soon as what it overlaps has arrived; proved in place and out of place.
 TEST_P(binomial_chunked, gather_and_scatter_in_small_chunks) {
-  const int p = GetParam();
-  const std::size_t sp = static_cast<std::size_t>(p);
-  for (std::size_t chunk : {std::size_t(8), std::size_t(12)})
-    for (std::size_t elem_size : {std::size_t(4), std::size_t(2)})
-      for (collective kind : {collective::gather, collective::scatter})
-        for (std::size_t n : {std::size_t(1), std::size_t(5), sp + 1, 2 * sp + 3})
-          for (int root : {0, p / 2, p - 1}) {
-            test::expect_proved(algorithm::binomial(algorithm::policy{chunk}), topology::ring{},
-                                {kind, p, n, elem_size, root});
-            if (HasFatalFailure()) return;
-          }
+  test::expect_gather_and_scatter_proved_in_small_chunks(GetParam(), [](algorithm::policy c) { return algorithm::binomial(c); });
 }
 
 INSTANTIATE_TEST_SUITE_P(p, binomial_verified, ::testing::ValuesIn(test::verified_world_sizes()));
@@ -166,9 +156,7 @@ TEST(binomial, gather_splits_a_subtree_that_wraps) {
   EXPECT_EQ(five.scratch_bytes, 24u);
 }
 
-TEST(binomial, refuses_collectives_it_does_not_run) {
-  EXPECT_THROW((void)algorithm::binomial{}.build(topology::ring{}, {collective::allreduce, 4, 8, 4, 0}, 0), error);
-}
+TEST(binomial, refuses_collectives_it_does_not_run) { test::expect_refuses(algorithm::binomial{}, collective::allreduce); }
 
 TEST(binomial, predicts_the_tree) {
   model::network net;

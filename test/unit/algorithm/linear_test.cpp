@@ -49,17 +49,7 @@ class linear_chunked : public ::testing::TestWithParam<int> {};
 // and 6 of 2), so that blocks split unevenly, a message a chunk; proved in place and
 // out of place.
 TEST_P(linear_chunked, gather_and_scatter_in_small_chunks) {
-  const int p = GetParam();
-  const std::size_t sp = static_cast<std::size_t>(p);
-  for (std::size_t chunk : {std::size_t(8), std::size_t(12)})
-    for (std::size_t elem_size : {std::size_t(4), std::size_t(2)})
-      for (collective kind : {collective::gather, collective::scatter})
-        for (std::size_t n : {std::size_t(1), std::size_t(5), sp + 1, 2 * sp + 3})
-          for (int root : {0, p / 2, p - 1}) {
-            test::expect_proved(algorithm::linear(algorithm::policy{chunk}), topology::ring{},
-                                {kind, p, n, elem_size, root});
-            if (HasFatalFailure()) return;
-          }
+  test::expect_gather_and_scatter_proved_in_small_chunks(GetParam(), [](algorithm::policy c) { return algorithm::linear(c); });
 }
 
 INSTANTIATE_TEST_SUITE_P(p, linear_verified, ::testing::ValuesIn(test::verified_world_sizes()));
@@ -125,9 +115,7 @@ TEST(linear, reduce_root_adds_every_rank_in_turn) {
   EXPECT_EQ(finals, 1);
 }
 
-TEST(linear, refuses_collectives_it_does_not_run) {
-  EXPECT_THROW((void)algorithm::linear{}.build(topology::ring{}, {collective::broadcast, 4, 8, 4, 0}, 1), error);
-}
+TEST(linear, refuses_collectives_it_does_not_run) { test::expect_refuses(algorithm::linear{}, collective::allreduce); }
 
 TEST(linear, predicts_direct_exchanges) {
   model::network net;

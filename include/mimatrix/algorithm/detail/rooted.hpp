@@ -5,21 +5,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstddef>
-#include <string>
-#include <string_view>
 #include <vector>
 
-#include "mimatrix/core/error.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 
 namespace mimatrix::algorithm::detail {
-
-/// Throws invalid_argument, naming the rank, for a collective `algorithm` does not run.
-[[noreturn]] inline void refuse_collective(std::string_view algorithm, const schedule::descriptor& d, int rank,
-                                           std::string_view runs) {
-  throw error(errc::invalid_argument, std::string(algorithm) + ": rank " + std::to_string(rank) + " asked for " +
-                                          std::string(schedule::to_string(d.kind)) + "; it runs " + std::string(runs));
-}
 
 /// p = 1: the result is the input; a reduce finalizes it once.
 inline void build_rooted_single(schedule::builder& b) {
