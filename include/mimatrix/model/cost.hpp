@@ -63,7 +63,7 @@ struct network {
 /// (allreduce, reduce and broadcast: the message; reduce-scatter, scatter and alltoall:
 /// the input, p blocks; allgather and gather: the output, p blocks). It is also
 /// nccl-tests' "size" column.
-constexpr double message_bytes(const schedule::descriptor& d) { return static_cast<double>(d.largest_bytes()); }
+inline double message_bytes(const schedule::descriptor& d) { return static_cast<double>(d.largest_bytes()); }
 
 namespace detail {
 
@@ -260,8 +260,8 @@ constexpr std::optional<double> predict(std::string_view algorithm, const networ
   return std::nullopt;
 }
 
-constexpr std::optional<double> predict(std::string_view algorithm, const network& net,
-                                        const schedule::descriptor& d) {
+inline std::optional<double> predict(std::string_view algorithm, const network& net,
+                                     const schedule::descriptor& d) {
   return predict(algorithm, net, d.kind, d.size, message_bytes(d));
 }
 

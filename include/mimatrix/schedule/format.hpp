@@ -69,9 +69,21 @@ inline std::string to_string(const step& st) {
 }
 
 inline std::string to_string(const descriptor& d) {
-  std::string s(to_string(d.kind));
-  s += " size " + std::to_string(d.size) + " count " + std::to_string(d.count) + " elem_size " +
-       std::to_string(d.elem_size);
+  std::string s = call_name(d);
+  s += " size " + std::to_string(d.size);
+  if (d.layout) {
+    const auto list = [](const blocks& b) {
+      std::string text;
+      for (std::size_t j = 0; j < b.counts.size(); ++j)
+        text += (j ? "," : "") + std::to_string(b.counts[j]) + (b.displs.empty() ? "" : "@" + std::to_string(b.displs[j]));
+      return "[" + text + "]";
+    };
+    s += " counts " + list(d.layout->many);
+    if (d.kind == collective::alltoall) s += " received " + list(d.layout->received);
+  } else {
+    s += " count " + std::to_string(d.count);
+  }
+  s += " elem_size " + std::to_string(d.elem_size);
   if (has_root(d.kind)) s += " root " + std::to_string(d.root);
   return s;
 }

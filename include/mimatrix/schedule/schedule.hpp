@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/schedule/uneven.hpp"
 
 namespace mimatrix::schedule {
 
@@ -53,7 +55,8 @@ constexpr bool reduces(collective c) {
   return c == collective::allreduce || c == collective::reduce_scatter || c == collective::reduce;
 }
 
-/// What one call computes; identical on every rank of the call.
+/// What one call computes; identical on every rank of the call, but for a v-form's
+/// `layout`, which is the call as this rank sees it (schedule::uneven).
 /// `count` follows NCCL: elements of the smaller per-rank buffer, a block. Sizes depend
 /// on the rank where a call has a root (0: the buffer is not used there):
 ///   allreduce       input count,            output count
@@ -65,14 +68,19 @@ constexpr bool reduces(collective c) {
 ///   scatter         input size*count on root (block j to rank j), output count
 ///   alltoall        input size*count (block j to rank j), output size*count (block j from
 ///                   rank j); never in place
+/// With a `layout` (the v-forms of reduce_scatter, allgather, gather, scatter and
+/// alltoall), `count` is 0 and the blocks are the layout's: block j of the buffer with a
+/// block per rank is layout->many's, and a one-block buffer holds the rank's own block.
 struct descriptor {
   collective kind = collective::allreduce;
   int size = 1;
   std::size_t count = 0;
   std::size_t elem_size = 1;
   int root = 0;  // calls with a root only (has_root)
+  std::shared_ptr<const uneven> layout{};  // v-forms only
 
-  constexpr std::size_t input_bytes(int rank) const {
+  std::size_t input_bytes(int rank) const {
+    if (layout) return uneven_input(rank) * elem_size;
     switch (kind) {
       case collective::reduce_scatter:
       case collective::alltoall: return blocks();
@@ -80,7 +88,8 @@ struct descriptor {
       default: return block();
     }
   }
-  constexpr std::size_t output_bytes(int rank) const {
+  std::size_t output_bytes(int rank) const {
+    if (layout) return uneven_output(rank) * elem_size;
     switch (kind) {
       case collective::allgather:
       case collective::alltoall: return blocks();
@@ -90,7 +99,7 @@ struct descriptor {
     }
   }
   /// The larger buffer of the rank that holds the most (a root holds the most).
-  constexpr std::size_t largest_bytes() const { return std::max(input_bytes(root), output_bytes(root)); }
+  std::size_t largest_bytes() const { return std::max(input_bytes(root), output_bytes(root)); }
   /// Whether `rank` reads its input (a broadcast's and a scatter's only on the root).
   constexpr bool reads_input(int rank) const {
     return !(kind == collective::broadcast || kind == collective::scatter) || rank == root;
@@ -98,20 +107,49 @@ struct descriptor {
   /// In place, input and output share memory; this is where each starts in it (NCCL's
   /// convention: allgather's and gather's input is block `rank` of the output,
   /// reduce_scatter's and scatter's output is block `rank` of the input).
-  constexpr std::size_t in_place_input_offset(int rank) const {
-    return kind == collective::allgather || kind == collective::gather ? std::size_t(rank) * block() : 0;
+  std::size_t in_place_input_offset(int rank) const {
+    if (kind != collective::allgather && kind != collective::gather) return 0;
+    return layout ? layout->many.displ(rank) * elem_size : std::size_t(rank) * block();
   }
-  constexpr std::size_t in_place_output_offset(int rank) const {
-    return kind == collective::reduce_scatter || kind == collective::scatter ? std::size_t(rank) * block() : 0;
+  std::size_t in_place_output_offset(int rank) const {
+    if (kind != collective::reduce_scatter && kind != collective::scatter) return 0;
+    return layout ? layout->many.displ(rank) * elem_size : std::size_t(rank) * block();
   }
   /// Whether a call may run with input and output in one buffer.
   constexpr bool may_run_in_place() const { return kind != collective::alltoall; }
-  friend bool operator==(const descriptor&, const descriptor&) = default;
+  /// The same call: the layouts compared by what they hold.
+  friend bool operator==(const descriptor& a, const descriptor& b) {
+    return a.kind == b.kind && a.size == b.size && a.count == b.count && a.elem_size == b.elem_size &&
+           a.root == b.root && (a.layout == b.layout || (a.layout && b.layout && *a.layout == *b.layout));
+  }
 
  private:
   constexpr std::size_t block() const { return count * elem_size; }
   constexpr std::size_t blocks() const { return std::size_t(size) * count * elem_size; }
+  std::size_t uneven_input(int rank) const {
+    switch (kind) {
+      case collective::reduce_scatter:
+      case collective::alltoall: return layout->many.extent();
+      case collective::scatter: return rank == root ? layout->many.extent() : 0;
+      default: return layout->many.count(rank);
+    }
+  }
+  std::size_t uneven_output(int rank) const {
+    switch (kind) {
+      case collective::allgather: return layout->many.extent();
+      case collective::alltoall: return layout->received.extent();
+      case collective::gather: return rank == root ? layout->many.extent() : 0;
+      default: return layout->many.count(rank);
+    }
+  }
 };
+
+/// "allgatherv", "reduce_scatter_v" for calls with a layout; the kind's name otherwise.
+inline std::string call_name(const descriptor& d) {
+  std::string name(to_string(d.kind));
+  if (!d.layout) return name;
+  return d.kind == collective::reduce_scatter ? name + "_v" : name + "v";
+}
 
 enum class buffer : std::uint8_t { input, output, scratch };
 
@@ -275,6 +313,13 @@ class builder {
     const bool blocks = desc.kind == collective::reduce_scatter || desc.kind == collective::allgather ||
                         desc.kind == collective::gather || desc.kind == collective::scatter ||
                         desc.kind == collective::alltoall;
+    if (desc.layout) {
+      const auto& l = *desc.layout;
+      for (const auto* side : {&l.many, &l.received})
+        if (side->extent() > (region::offset_limit - 1) / desc.elem_size)
+          too_far("a buffer (" + std::to_string(side->extent()) + " elements of " + std::to_string(desc.elem_size) +
+                  " bytes)");
+    }
     if (desc.count > (region::offset_limit - 1) / desc.elem_size / (blocks ? std::size_t(desc.size) : 1))
       too_far("a buffer (" + std::to_string(desc.count) + " elements of " + std::to_string(desc.elem_size) +
               " bytes" + (blocks ? ", times " + p + " blocks)" : ")"));

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mimatrix/schedule/verify/races.hpp"
@@ -157,7 +159,7 @@ class simulation_check : public race_check {
       for (int a = 0; a < 3; ++a) memory_[std::size_t(r) * 3 + std::size_t(a)].resize(l.elems[a]);
       if (!desc_.reads_input(r)) continue;  // a broadcast's input is read on its root only
       auto& in = array_of(r, buffer::input);
-      for (std::size_t e = 0; e < desc_.input_bytes(r) / es_; ++e)
+      for (std::size_t e = 0; e < desc_of(r).input_bytes(r) / es_; ++e)
         in[l.base[0] + e] = {std::uint32_t(e), rank_sets::singleton(r), 0, true};
     }
 
@@ -232,17 +234,20 @@ class simulation_check : public race_check {
     for (int r = 0; r < p_; ++r) {
       const auto& a = array_of(r, buffer::output);
       const auto base = layouts_[std::size_t(r)].base[std::size_t(buffer::output)];
-      const auto out_elems = desc_.output_bytes(r) / es_;
+      const auto out_elems = desc_of(r).output_bytes(r) / es_;
       for (std::size_t e = 0; e < out_elems; ++e) {
         const auto& v = a[base + e];
         const auto what = [&] {
           return "rank " + std::to_string(r) + " output element " + std::to_string(e) + " (output byte " +
                  std::to_string(e * es_) + ")";
         };
-        if (!v.defined) return fail(what() + " is never written");
         std::size_t origin = e;
         int only = -1;  // the one rank expected, or -1 for all ranks
-        switch (desc_.kind) {
+        const auto uneven_want = desc_.layout ? uneven_origin(r, e) : std::nullopt;
+        if (desc_.layout && !uneven_want) continue;  // between a v-form's blocks: no call writes there
+        if (!v.defined) return fail(what() + " is never written");
+        if (uneven_want) std::tie(origin, only) = *uneven_want;
+        else switch (desc_.kind) {
           case collective::allreduce:
           case collective::reduce: break;
           case collective::reduce_scatter: origin = std::size_t(r) * count + e; break;
@@ -273,6 +278,33 @@ class simulation_check : public race_check {
       }
     }
     return true;
+  }
+
+  /// Where element `e` of a v-form's output on rank `r` comes from: (input element, the
+  /// one rank, or -1 for all); none for an element between blocks.
+  std::optional<std::pair<std::size_t, int>> uneven_origin(int r, std::size_t e) const {
+    const uneven& mine = *desc_of(r).layout;
+    const auto block_of = [&](const blocks& b) -> int {
+      for (int j = 0; j < p_; ++j)
+        if (e >= b.displ(j) && e < b.displ(j) + b.count(j)) return j;
+      return -1;
+    };
+    switch (desc_.kind) {
+      case collective::allgather:
+      case collective::gather: {
+        const int j = block_of(mine.many);
+        if (j < 0) return std::nullopt;
+        return std::pair{e - mine.many.displ(j), j};
+      }
+      case collective::reduce_scatter: return std::pair{mine.many.displ(r) + e, -1};
+      case collective::scatter: return std::pair{desc_of(desc_.root).layout->many.displ(r) + e, desc_.root};
+      case collective::alltoall: {
+        const int j = block_of(mine.received);
+        if (j < 0) return std::nullopt;
+        return std::pair{desc_of(j).layout->many.displ(r) + (e - mine.received.displ(j)), j};
+      }
+      default: return std::nullopt;
+    }
   }
 
   std::optional<rank_sets> sets_;

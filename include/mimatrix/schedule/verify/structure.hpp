@@ -42,6 +42,8 @@ class structure_check {
     message_ = std::move(message);
     return false;
   }
+  /// Rank `rank`'s descriptor: rank 0's, but for a v-form's layout, which is each rank's own.
+  const descriptor& desc_of(int rank) const { return group_[std::size_t(rank)].desc; }
   const step& at(int rank, std::size_t i) const { return group_[std::size_t(rank)].steps[i]; }
   std::span<const step_id> deps_of(int rank, std::size_t i) const {
     return group_[std::size_t(rank)].deps(step_id(i));
@@ -61,8 +63,8 @@ class structure_check {
   }
   std::size_t buffer_bytes(int rank, buffer b) const {
     switch (b) {
-      case buffer::input: return desc_.input_bytes(rank);
-      case buffer::output: return desc_.output_bytes(rank);
+      case buffer::input: return desc_of(rank).input_bytes(rank);
+      case buffer::output: return desc_of(rank).output_bytes(rank);
       case buffer::scratch: return group_[std::size_t(rank)].scratch_bytes;
     }
     return 0;
@@ -113,7 +115,9 @@ class structure_check {
     layouts_.assign(std::size_t(p_), {});
     for (int r = 0; r < p_; ++r) {
       const auto& s = group_[std::size_t(r)];
-      if (!(s.desc == desc_))
+      descriptor same = s.desc;  // a v-form's layout is each rank's view of the call
+      if (same.layout && desc_.layout) same.layout = desc_.layout;
+      if (!(same == desc_))
         return fail("rank " + std::to_string(r) + ": descriptor (" + to_string(s.desc) + ") differs from rank 0's (" +
                     to_string(desc_) + ")");
       if (s.rank != r)
@@ -155,10 +159,10 @@ class structure_check {
       offsets_[std::size_t(r) + 1] = offsets_[std::size_t(r)] + n;
 
       auto& l = layouts_[std::size_t(r)];
-      const auto in = desc_.input_bytes(r) / es_, out = desc_.output_bytes(r) / es_;
+      const auto in = s.desc.input_bytes(r) / es_, out = s.desc.output_bytes(r) / es_;
       if (options_.in_place) {
-        l.base[0] = desc_.in_place_input_offset(r) / es_;
-        l.base[1] = desc_.in_place_output_offset(r) / es_;
+        l.base[0] = s.desc.in_place_input_offset(r) / es_;
+        l.base[1] = s.desc.in_place_output_offset(r) / es_;
         l.array[1] = 0;
         l.elems[0] = std::max(l.base[0] + in, l.base[1] + out);
       } else {
