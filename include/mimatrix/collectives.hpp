@@ -114,6 +114,47 @@ class collectives {
                                  const call_options& options = {}) {
     return core_.alltoall(input, output, count, type, options);
   }
+  /// The v-forms, as MPI's: per-rank counts and displacements in elements (a counts_view
+  /// takes a std::vector or an array). Empty displacements lay the blocks back to back in
+  /// rank order. They run algorithm::uneven_exchange, one message between each pair of
+  /// ranks that exchange a block, and flat, also across hosts (docs/algorithms.md).
+  ///
+  /// MPI_Allgatherv: rank j's `counts[j]` elements land at `displs[j]` of every rank's
+  /// output; this rank sends `in_count` = counts[rank]. Every rank gives the same counts.
+  /// In place, the input is this rank's block of the output.
+  [[nodiscard]] request allgatherv(const void* input, std::size_t in_count, void* output, counts_view counts,
+                                   counts_view displs, dtype type, const call_options& options = {}) {
+    return core_.allgatherv(input, in_count, output, counts, displs, type, options);
+  }
+  /// MPI_Reduce_scatter: the input holds size() blocks back to back, block j `counts[j]`
+  /// elements; rank j's output is the reduction of block j. Every rank gives the same
+  /// counts. In place, the output is this rank's block of the input.
+  [[nodiscard]] request reduce_scatter_v(const void* input, void* output, counts_view counts, dtype type,
+                                         reduce::op_kind op, const call_options& options = {}) {
+    return core_.reduce_scatter_v(input, output, counts, type, op, options);
+  }
+  /// MPI_Gatherv: rank j's `in_count` elements land at `displs[j]` of the root's output,
+  /// which expects `counts[j]` of them; `counts`, `displs` and `output` are read on the
+  /// root only (others may pass empty spans and null).
+  [[nodiscard]] request gatherv(const void* input, std::size_t in_count, void* output, counts_view counts,
+                                counts_view displs, dtype type, int root, const call_options& options = {}) {
+    return core_.gatherv(input, in_count, output, counts, displs, type, root, options);
+  }
+  /// MPI_Scatterv: `counts[j]` elements from `displs[j]` of the root's input go to rank j,
+  /// whose output holds `out_count`; `input`, `counts` and `displs` are read on the root only.
+  [[nodiscard]] request scatterv(const void* input, counts_view counts, counts_view displs, void* output,
+                                 std::size_t out_count, dtype type, int root, const call_options& options = {}) {
+    return core_.scatterv(input, counts, displs, output, out_count, type, root, options);
+  }
+  /// MPI_Alltoallv and c10d's all_to_all_single with split sizes: `send_counts[j]`
+  /// elements from `send_displs[j]` of the input go to rank j, whose `recv_counts[this
+  /// rank]` must be the same; `recv_counts[j]` from rank j land at `recv_displs[j]` of the
+  /// output. Never in place.
+  [[nodiscard]] request alltoallv(const void* input, counts_view send_counts, counts_view send_displs,
+                                  void* output, counts_view recv_counts, counts_view recv_displs,
+                                  dtype type, const call_options& options = {}) {
+    return core_.alltoallv(input, send_counts, send_displs, output, recv_counts, recv_displs, type, options);
+  }
   /// Persistent calls (MPI_Allreduce_init, MPI_Start): each checked and planned once, to
   /// start many times on the same buffers; persistent::start() is a fresh call's start
   /// without its checks and plan lookup. Arguments as the plain call's. They run flat,
@@ -149,6 +190,31 @@ class collectives {
   [[nodiscard]] persistent alltoall_init(const void* input, void* output, std::size_t count, dtype type,
                                          const call_options& options = {}) {
     return core_.alltoall_init(input, output, count, type, options);
+  }
+  [[nodiscard]] persistent allgatherv_init(const void* input, std::size_t in_count, void* output,
+                                           counts_view counts, counts_view displs, dtype type,
+                                           const call_options& options = {}) {
+    return core_.allgatherv_init(input, in_count, output, counts, displs, type, options);
+  }
+  [[nodiscard]] persistent reduce_scatter_v_init(const void* input, void* output, counts_view counts,
+                                                 dtype type, reduce::op_kind op, const call_options& options = {}) {
+    return core_.reduce_scatter_v_init(input, output, counts, type, op, options);
+  }
+  [[nodiscard]] persistent gatherv_init(const void* input, std::size_t in_count, void* output,
+                                        counts_view counts, counts_view displs, dtype type, int root,
+                                        const call_options& options = {}) {
+    return core_.gatherv_init(input, in_count, output, counts, displs, type, root, options);
+  }
+  [[nodiscard]] persistent scatterv_init(const void* input, counts_view counts, counts_view displs,
+                                         void* output, std::size_t out_count, dtype type, int root,
+                                         const call_options& options = {}) {
+    return core_.scatterv_init(input, counts, displs, output, out_count, type, root, options);
+  }
+  [[nodiscard]] persistent alltoallv_init(const void* input, counts_view send_counts,
+                                          counts_view send_displs, void* output,
+                                          counts_view recv_counts, counts_view recv_displs,
+                                          dtype type, const call_options& options = {}) {
+    return core_.alltoallv_init(input, send_counts, send_displs, output, recv_counts, recv_displs, type, options);
   }
   /// Returns once every rank has entered it (an allreduce of one byte).
   void barrier(const call_options& options = {}) { core_.barrier(options); }

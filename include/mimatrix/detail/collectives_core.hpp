@@ -6,12 +6,14 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/dtype.hpp"
 #include "mimatrix/core/options.hpp"
 #include "mimatrix/detail/engine_core.hpp"
+#include "mimatrix/detail/uneven_layouts.hpp"  // counts_view
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/persistent.hpp"
 #include "mimatrix/request.hpp"
@@ -50,6 +52,18 @@ class collectives_core {
   MIMATRIX_DECL persistent scatter_init(const void* input, void* output, std::size_t count, dtype type, int root, const call_options& options);
   MIMATRIX_DECL request alltoall(const void* input, void* output, std::size_t count, dtype type, const call_options& options);
   MIMATRIX_DECL persistent alltoall_init(const void* input, void* output, std::size_t count, dtype type, const call_options& options);
+  // The v-forms, as MPI's: counts and displacements in elements, one per rank; no
+  // displacements (an empty span) lay the blocks back to back in rank order.
+  MIMATRIX_DECL request allgatherv(const void* input, std::size_t in_count, void* output, counts_view counts, counts_view displs, dtype type, const call_options& options);
+  MIMATRIX_DECL persistent allgatherv_init(const void* input, std::size_t in_count, void* output, counts_view counts, counts_view displs, dtype type, const call_options& options);
+  MIMATRIX_DECL request reduce_scatter_v(const void* input, void* output, counts_view counts, dtype type, reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL persistent reduce_scatter_v_init(const void* input, void* output, counts_view counts, dtype type, reduce::op_kind op, const call_options& options);
+  MIMATRIX_DECL request gatherv(const void* input, std::size_t in_count, void* output, counts_view counts, counts_view displs, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL persistent gatherv_init(const void* input, std::size_t in_count, void* output, counts_view counts, counts_view displs, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL request scatterv(const void* input, counts_view counts, counts_view displs, void* output, std::size_t out_count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL persistent scatterv_init(const void* input, counts_view counts, counts_view displs, void* output, std::size_t out_count, dtype type, int root, const call_options& options);
+  MIMATRIX_DECL request alltoallv(const void* input, counts_view send_counts, counts_view send_displs, void* output, counts_view recv_counts, counts_view recv_displs, dtype type, const call_options& options);
+  MIMATRIX_DECL persistent alltoallv_init(const void* input, counts_view send_counts, counts_view send_displs, void* output, counts_view recv_counts, counts_view recv_displs, dtype type, const call_options& options);
   MIMATRIX_DECL void barrier(const call_options& options);
   /// This rank will not make its next call, which its peers make as a `kind`: each fails
   /// it at once with `invalid_argument` and `why`, rather than waiting out its deadline,

@@ -90,6 +90,18 @@ class engine_core {
       schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count, int root,
       const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
       const device::stream* stream = nullptr, std::uint32_t tag = 0);
+  /// A v-form: the call `kind` with per-rank blocks, as this rank sees them (`layout`,
+  /// whose counts the caller has checked; its buffers' sizes follow from it). Otherwise as
+  /// start() and prepare(); it runs algorithm::uneven_exchange whatever the engine's.
+  MIMATRIX_DECL request start_uneven(schedule::collective kind, const void* in, void* out,
+                                     std::shared_ptr<const schedule::uneven> layout, int root,
+                                     const reduce::host_kernels& kernels,
+                                     std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+                                     const device::stream* stream = nullptr, std::uint32_t tag = 0);
+  MIMATRIX_DECL std::shared_ptr<const prepared_call> prepare_uneven(
+      schedule::collective kind, const void* in, void* out, std::shared_ptr<const schedule::uneven> layout, int root,
+      const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
+      const device::stream* stream = nullptr, std::uint32_t tag = 0);
   /// Starts a prepared call, as MPI_Start: a new sequence number, the same buffers.
   MIMATRIX_DECL request start(const prepared_call& call);
 

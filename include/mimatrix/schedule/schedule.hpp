@@ -145,11 +145,12 @@ struct descriptor {
 };
 
 /// "allgatherv", "reduce_scatter_v" for calls with a layout; the kind's name otherwise.
-inline std::string call_name(const descriptor& d) {
-  std::string name(to_string(d.kind));
-  if (!d.layout) return name;
-  return d.kind == collective::reduce_scatter ? name + "_v" : name + "v";
+inline std::string call_name(collective kind, bool uneven) {
+  std::string name(to_string(kind));
+  if (!uneven) return name;
+  return kind == collective::reduce_scatter ? name + "_v" : name + "v";
 }
+inline std::string call_name(const descriptor& d) { return call_name(d.kind, d.layout != nullptr); }
 
 enum class buffer : std::uint8_t { input, output, scratch };
 

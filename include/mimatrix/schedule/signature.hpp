@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "mimatrix/core/dtype.hpp"
@@ -25,15 +26,28 @@ struct signature {
   /// send (a broadcast's root, a gather's leaves), so no message of that call proves the
   /// ranks agreed on it; the next call that moves data does.
   std::uint16_t history = 0;
+  /// A v-form (per-rank counts): `count` is then the digest of the counts every rank
+  /// holds alike (schedule::uneven::agreed), 0 where they hold different parts.
+  bool uneven = false;
 
   friend bool operator==(const signature&, const signature&) = default;
 };
 
-/// "allreduce #7 (count 1000, float, sum)", "reduce #8 (count 4, float, max, root 2)", or
-/// "... sum, tag 12)" for a tagged call.
+/// The name of a signature's call: "allgatherv" for a v-form.
+inline std::string call_name(const signature& s) { return call_name(s.kind, s.uneven); }
+
+/// "allreduce #7 (count 1000, float, sum)", "reduce #8 (count 4, float, max, root 2)",
+/// "allgatherv #9 (counts digest 0x3f2a, float)", or "... sum, tag 12)" for a tagged call.
 inline std::string to_string(const signature& s) {
-  std::string text = std::string(to_string(s.kind)) + " #" + std::to_string(s.sequence) +
-                     " (count " + std::to_string(s.count) + ", " + std::string(to_string(s.type));
+  std::string text = call_name(s) + " #" + std::to_string(s.sequence) + " (";
+  if (!s.uneven) {
+    text += "count " + std::to_string(s.count) + ", ";
+  } else if (s.count) {
+    char digest[24];
+    std::snprintf(digest, sizeof digest, "%llx", static_cast<unsigned long long>(s.count));
+    text += "counts digest 0x" + std::string(digest) + ", ";
+  }
+  text += std::string(to_string(s.type));
   if (reduces(s.kind)) text += ", " + std::string(reduce::to_string(s.op));
   if (has_root(s.kind)) text += ", root " + std::to_string(s.root);
   if (s.tag) text += ", tag " + std::to_string(s.tag);

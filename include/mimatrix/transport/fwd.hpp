@@ -11,6 +11,7 @@ enum class collective : std::uint8_t;
 struct descriptor;
 struct schedule;
 struct signature;
+struct uneven;
 }  // namespace mimatrix::schedule
 
 namespace mimatrix {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "mimatrix/algorithm/uneven_exchange.hpp"
 #include "mimatrix/core/log.hpp"
 #include "mimatrix/detail/buffer_overlap.hpp"
 #include "mimatrix/detail/communicator_state.hpp"
@@ -55,10 +56,19 @@ struct prepared_call {
   std::shared_ptr<const schedule::schedule> plan{};
   bool lowered = false;  // plan is the lowering of one-sided steps
   std::optional<device::stream> owned_stream{};  // a persistent call's copy of the caller's
+  std::shared_ptr<const schedule::uneven> layout{};  // a v-form's blocks, as this rank sees them
 
   bool rooted() const { return schedule::has_root(kind); }
+  /// Calls where a rank may end without a message that proves its peers ran the same
+  /// call (those with a root, alltoallv): they fold their shape into the history.
+  bool folds_history() const { return rooted() || (layout && !layout->agreed); }
+  /// The count the signature carries: a v-form's is its counts' digest.
+  std::size_t signed_count(int size) const {
+    return layout ? layout->agreed : block_count(kind, size, in_count, out_count);
+  }
   schedule::descriptor descriptor(int size) const {
-    return {kind, size, block_count(kind, size, in_count, out_count), kernels->elem_size, rooted() ? root : 0};
+    return {kind,        size, layout ? 0 : block_count(kind, size, in_count, out_count), kernels->elem_size,
+            rooted() ? root : 0, layout};
   }
 };
 
@@ -155,6 +165,55 @@ MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare(
   return call;
 }
 
+/// A v-form's call as prepared_call takes it: its buffers' sizes follow from its layout.
+inline prepared_call uneven_call(schedule::collective kind, const void* in, void* out,
+                                 std::shared_ptr<const schedule::uneven> layout, int root,
+                                 const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout,
+                                 const device::stream* stream, std::uint32_t tag, int rank, int size) {
+  prepared_call call{kind, in, 0, out, 0, root, &kernels, timeout, stream, tag, false};
+  call.layout = std::move(layout);
+  const schedule::descriptor d = call.descriptor(size);
+  call.in_count = d.input_bytes(rank) / kernels.elem_size;
+  call.out_count = d.output_bytes(rank) / kernels.elem_size;
+  return call;
+}
+
+MIMATRIX_DECL request engine_core::start_uneven(schedule::collective kind, const void* in, void* out,
+                                                std::shared_ptr<const schedule::uneven> layout, int root,
+                                                const reduce::host_kernels& kernels,
+                                                std::optional<std::chrono::milliseconds> timeout,
+                                                const device::stream* stream, std::uint32_t tag) {
+  transport::dump_request::serve_if_raised();
+  impl& e = *impl_;
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(kind));
+  const auto began = e.comm.call_hooks().empty() ? std::chrono::steady_clock::time_point{}
+                                                 : std::chrono::steady_clock::now();
+  prepared_call call = uneven_call(kind, in, out, std::move(layout), root, kernels, timeout, stream, tag,
+                                   e.transport.rank, e.transport.size);
+  const signature sig = e.take_signature(call);
+  const schedule::descriptor desc = call.descriptor(e.transport.size);
+  if (auto why = e.problem(call, desc)) e.refuse(call, sig, *why);
+  auto plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(desc, e.transport.rank));
+  return e.launch(call, std::move(plan), sig, desc, began);
+}
+
+MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare_uneven(
+    schedule::collective kind, const void* in, void* out, std::shared_ptr<const schedule::uneven> layout, int root,
+    const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout,
+    const device::stream* stream, std::uint32_t tag) {
+  impl& e = *impl_;
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(kind));
+  auto call = std::make_shared<prepared_call>(uneven_call(kind, in, out, std::move(layout), root, kernels, timeout,
+                                                          nullptr, tag, e.transport.rank, e.transport.size));
+  if (stream) call->stream = &call->owned_stream.emplace(*stream);
+  const schedule::descriptor desc = call->descriptor(e.transport.size);
+  if (auto why = e.problem(*call, desc))  // no call is started: the peers are not told
+    throw error(errc::invalid_argument, "rank " + std::to_string(e.transport.rank) + ", a persistent " +
+                                            schedule::call_name(desc) + ": " + *why);
+  call->plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(desc, e.transport.rank));
+  return call;
+}
+
 MIMATRIX_DECL request engine_core::start(const prepared_call& call) {
   transport::dump_request::serve_if_raised();
   impl& e = *impl_;
@@ -166,18 +225,21 @@ MIMATRIX_DECL request engine_core::start(const prepared_call& call) {
 }
 
 MIMATRIX_DECL signature engine_core::impl::take_signature(const prepared_call& call) {
-  const std::size_t count = block_count(call.kind, transport.size, call.in_count, call.out_count);
+  const std::size_t count = call.signed_count(transport.size);
   const std::uint64_t sequence = comm.take_sequence(transport.rank, transport.progress);
-  // In a call with a root some ranks only send (a broadcast's root, a gather's leaves): they
-  // learn that the ranks disagreed on its root or count at their next call.
+  // In a call with a root some ranks only send (a broadcast's root, a gather's leaves), and
+  // in alltoallv a rank's received lengths prove nothing of what it sent: they learn that
+  // the ranks disagreed at their next call.
   const auto shape = [&]() -> std::uint16_t {
-    if (!call.rooted()) return 0;
-    const std::uint64_t mixed = ((std::uint64_t(count) << 20) ^ std::uint64_t(call.root + 1)) * 0x9E3779B97F4A7C15ull;
+    if (!call.folds_history()) return 0;
+    const std::uint64_t mixed =
+        ((std::uint64_t(count) << 20) ^ std::uint64_t(call.root + 1) ^ (call.layout ? 0x5A5Aull << 40 : 0)) *
+        0x9E3779B97F4A7C15ull;
     return static_cast<std::uint16_t>((mixed >> 48) | 1);
   };
   const std::uint16_t history = comm.take_history(shape(), sequence);
   return signature{call.kind,     call.kernels->op, call.kernels->type, count,
-                   call.rooted() ? call.root : 0, sequence, call.tag, history};
+                   call.rooted() ? call.root : 0, sequence, call.tag, history, call.layout != nullptr};
 }
 
 MIMATRIX_DECL std::optional<std::string> engine_core::impl::problem(const prepared_call& call,
@@ -223,7 +285,7 @@ MIMATRIX_DECL request engine_core::impl::launch(const prepared_call& call,
   const auto launch_call = [&] {
     auto op = launch_plan();
     if (note) op->watch_stalls(note);  // on the executor, not on a wrapper of it
-    if (!call.rooted()) return op;
+    if (!call.folds_history()) return op;
     return std::unique_ptr<operation>(std::make_unique<forgets_root_on_failure>(std::move(op), comm, sequence));
   };
   flight_recorder* const flight = comm.flight();

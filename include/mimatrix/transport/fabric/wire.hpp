@@ -73,15 +73,18 @@ constexpr std::uint16_t epoch_digest(std::uint64_t sequence) {
   return static_cast<std::uint16_t>((sequence >> sequence_bits) * 0x9E37u);
 }
 
-/// The bits of a packed signature that hold the count (a count above is cut to them,
-/// and 2^39 elements are 512 GiB of bytes at least).
+/// The bits of a packed signature that hold the count: its top bit says a v-form, whose
+/// count is its counts' digest (schedule::signature::uneven); a count above the rest is cut
+/// to them (2^38 elements are 256 GiB of bytes at least).
 constexpr int count_bits = 39;
-constexpr std::uint64_t count_mask = (std::uint64_t(1) << count_bits) - 1;
+constexpr std::uint64_t uneven_bit = std::uint64_t(1) << (count_bits - 1);
+constexpr std::uint64_t count_mask = uneven_bit - 1;
 
 /// A call's signature packed into the 64 bits of remote CQ data that every data message
 /// carries: [63..48] root (calls with one) or the digests of the algorithm's name and of
 /// `agreement` (the others), xor the tag's and the epoch's digests and the history of
-/// earlier rooted calls' roots and counts | [47..45] dtype | [44..42] op | [41..39] kind | [38..0] count.
+/// earlier rooted calls' roots and counts | [47..45] dtype | [44..42] op | [41..39] kind |
+/// [38] a v-form | [37..0] count, or a v-form's counts digest.
 /// A receiver that finds another packing than its own knows its peer runs another call,
 /// or the same call by another algorithm, on another topology or with another tag, or
 /// after a broadcast whose root the two named differently, or that the message was left
@@ -94,7 +97,7 @@ inline std::uint64_t pack(const signature& s, std::string_view algorithm, std::u
                                  : std::uint16_t(algorithm_digest(algorithm) ^ agreement_digest(agreement))) ^
                             tag_digest(s.tag) ^ epoch_digest(s.sequence) ^ s.history;
   return (std::uint64_t(top) << 48) | (std::uint64_t(s.type) << 45) | (std::uint64_t(s.op) << 42) |
-         (std::uint64_t(s.kind) << count_bits) | (s.count & count_mask);
+         (std::uint64_t(s.kind) << count_bits) | (s.uneven ? uneven_bit : 0) | (s.count & count_mask);
 }
 /// The part of a packed signature that names the call's shape, as `sequence`; a
 /// broadcast's root is read as if the peer's tag and history were `tag` and `history`.
@@ -108,6 +111,7 @@ inline signature unpack(std::uint64_t bits, std::uint64_t sequence, std::uint32_
                ? int(std::uint16_t(bits >> 48) ^ tag_digest(tag) ^ epoch_digest(sequence) ^ history)
                : 0;
   s.count = bits & count_mask;
+  s.uneven = (bits & uneven_bit) != 0;
   s.sequence = sequence;
   s.tag = tag;
   s.history = history;
