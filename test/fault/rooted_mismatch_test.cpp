@@ -1,4 +1,4 @@
-// Misuse of reduce, gather, scatter and alltoall across processes: ranks that give a call
+// Misuse of reduce, gather, scatter and alltoall and of the v-forms across processes: ranks that give a call
 // different counts or roots fail with `mismatch` naming both sides within the deadline,
 // every rank, and never return a wrong result. Over shm and tcp;ofi_rxm, 2 and 3 ranks.
 #include <gtest/gtest.h>
@@ -41,6 +41,20 @@ MIMATRIX_SCENARIO(rooted_misuse) {
                 if (call == "gather") coll.gather(in.data(), out.data(), n, dtype::int32, root).wait();
                 if (call == "scatter") coll.scatter(in.data(), out.data(), n, dtype::int32, root).wait();
                 if (call == "alltoall") coll.alltoall(in.data(), out.data(), n, dtype::int32).wait();
+                // The v-forms: the last rank counts its own block (its block for rank 0) one more.
+                const std::size_t base = 1024;
+                std::vector<std::size_t> all(std::size_t(p), base), mine = all;
+                mine[std::size_t(odd ? r : 0)] = n;
+                if (call == "gatherv") coll.gatherv(in.data(), n, out.data(), all, {}, dtype::int32, 0).wait();
+                if (call == "scatterv") coll.scatterv(in.data(), all, {}, out.data(), n, dtype::int32, 0).wait();
+                if (call == "allgatherv") coll.allgatherv(in.data(), n, out.data(), odd ? mine : all, {}, dtype::int32).wait();
+                if (call == "reduce_scatter_v")
+                  coll.reduce_scatter_v(in.data(), out.data(), odd ? mine : all, dtype::int32, reduce::op_kind::sum).wait();
+                if (call == "alltoallv") {
+                  std::vector<std::size_t> sent = all;
+                  if (odd) sent[0] = base + 1;
+                  coll.alltoallv(in.data(), sent, {}, out.data(), all, {}, dtype::int32).wait();
+                }
               }).c_str());
   std::int32_t one = 1, sum = 0;
   std::printf("NEXT %s\n", outcome([&] {
@@ -84,7 +98,12 @@ INSTANTIATE_TEST_SUITE_P(calls, rooted_misuse,
                                            std::tuple<std::string, std::string>{"alltoall", "count"},
                                            std::tuple<std::string, std::string>{"reduce", "root"},
                                            std::tuple<std::string, std::string>{"gather", "root"},
-                                           std::tuple<std::string, std::string>{"scatter", "root"}),
+                                           std::tuple<std::string, std::string>{"scatter", "root"},
+                                           std::tuple<std::string, std::string>{"gatherv", "count"},
+                                           std::tuple<std::string, std::string>{"scatterv", "count"},
+                                           std::tuple<std::string, std::string>{"allgatherv", "count"},
+                                           std::tuple<std::string, std::string>{"reduce_scatter_v", "count"},
+                                           std::tuple<std::string, std::string>{"alltoallv", "count"}),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace

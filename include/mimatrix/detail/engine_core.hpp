@@ -14,6 +14,7 @@
 #include "mimatrix/core/config.hpp"
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/core/operation.hpp"
+#include "mimatrix/detail/uneven_layouts.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/transport/fwd.hpp"
 
@@ -90,16 +91,16 @@ class engine_core {
       schedule::collective kind, const void* in, std::size_t in_count, void* out, std::size_t out_count, int root,
       const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
       const device::stream* stream = nullptr, std::uint32_t tag = 0);
-  /// A v-form: the call `kind` with per-rank blocks, as this rank sees them (`layout`,
-  /// whose counts the caller has checked; its buffers' sizes follow from it). Otherwise as
-  /// start() and prepare(); it runs algorithm::uneven_exchange whatever the engine's.
-  MIMATRIX_DECL request start_uneven(schedule::collective kind, const void* in, void* out,
-                                     std::shared_ptr<const schedule::uneven> layout, int root,
-                                     const reduce::host_kernels& kernels,
+  /// A v-form: the call `kind` with per-rank blocks as this rank sees them (`args`, from
+  /// detail/uneven_layouts.hpp; its buffers' sizes follow from them). Otherwise as start()
+  /// and prepare(); a problem in `args` is refused as a bad argument is. It runs
+  /// algorithm::uneven_exchange whatever the engine's algorithm.
+  MIMATRIX_DECL request start_uneven(schedule::collective kind, const void* in, void* out, const uneven_args& args,
+                                     int root, const reduce::host_kernels& kernels,
                                      std::optional<std::chrono::milliseconds> timeout = std::nullopt,
                                      const device::stream* stream = nullptr, std::uint32_t tag = 0);
   MIMATRIX_DECL std::shared_ptr<const prepared_call> prepare_uneven(
-      schedule::collective kind, const void* in, void* out, std::shared_ptr<const schedule::uneven> layout, int root,
+      schedule::collective kind, const void* in, void* out, const uneven_args& args, int root,
       const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout = std::nullopt,
       const device::stream* stream = nullptr, std::uint32_t tag = 0);
   /// Starts a prepared call, as MPI_Start: a new sequence number, the same buffers.

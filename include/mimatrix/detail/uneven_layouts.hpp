@@ -51,7 +51,7 @@ inline std::optional<std::string> own_count_problem(const schedule::blocks& b, i
                                                     const std::string& name, const std::string& buffer) {
   if (b.count(rank) == want) return std::nullopt;
   return name + "[" + std::to_string(rank) + "] is " + std::to_string(b.count(rank)) + " but " + buffer + " is " +
-         std::to_string(want) + " elements; this rank's own block must be alike in both";
+         std::to_string(want) + "; they count this rank's own block and must be alike";
 }
 
 inline std::optional<std::string> root_problem(int root, int p) {

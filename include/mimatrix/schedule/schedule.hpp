@@ -145,12 +145,18 @@ struct descriptor {
 };
 
 /// "allgatherv", "reduce_scatter_v" for calls with a layout; the kind's name otherwise.
-inline std::string call_name(collective kind, bool uneven) {
-  std::string name(to_string(kind));
-  if (!uneven) return name;
-  return kind == collective::reduce_scatter ? name + "_v" : name + "v";
+constexpr std::string_view call_name(collective kind, bool uneven) {
+  if (!uneven) return to_string(kind);
+  switch (kind) {
+    case collective::reduce_scatter: return "reduce_scatter_v";
+    case collective::allgather: return "allgatherv";
+    case collective::gather: return "gatherv";
+    case collective::scatter: return "scatterv";
+    case collective::alltoall: return "alltoallv";
+    default: return to_string(kind);  // no v-form
+  }
 }
-inline std::string call_name(const descriptor& d) { return call_name(d.kind, d.layout != nullptr); }
+inline std::string call_name(const descriptor& d) { return std::string(call_name(d.kind, d.layout != nullptr)); }
 
 enum class buffer : std::uint8_t { input, output, scratch };
 

@@ -34,12 +34,12 @@ struct signature {
 };
 
 /// The name of a signature's call: "allgatherv" for a v-form.
-inline std::string call_name(const signature& s) { return call_name(s.kind, s.uneven); }
+constexpr std::string_view call_name(const signature& s) { return call_name(s.kind, s.uneven); }
 
 /// "allreduce #7 (count 1000, float, sum)", "reduce #8 (count 4, float, max, root 2)",
 /// "allgatherv #9 (counts digest 0x3f2a, float)", or "... sum, tag 12)" for a tagged call.
 inline std::string to_string(const signature& s) {
-  std::string text = call_name(s) + " #" + std::to_string(s.sequence) + " (";
+  std::string text = std::string(call_name(s)) + " #" + std::to_string(s.sequence) + " (";
   if (!s.uneven) {
     text += "count " + std::to_string(s.count) + ", ";
   } else if (s.count) {

@@ -14,6 +14,7 @@
 
 #include "mimatrix/collectives.hpp"
 #include "mimatrix/transport/inproc.hpp"
+#include "mimatrix/uneven.hpp"
 #include "support/grid.hpp"
 
 namespace mimatrix {
@@ -180,6 +181,52 @@ TEST(uneven, alltoallv_with_split_sizes_and_displacements) {
                 << "p=" << p << " rank " << r << " from " << j;
       }
     }
+}
+
+// The typed façades: the same calls on spans, each with its element type or operation.
+TEST(uneven, typed_facades_run_every_v_form) {
+  const int p = 4;
+  const counts c{2, 0, 3, 1}, d{6, 0, 1, 4};  // blocks out of rank order, rank 1's empty
+  std::vector<values> gathered(p), all(p), reduced(p), scattered(p), exchanged(p);
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    values in(c[std::size_t(r)]);
+    for (std::size_t k = 0; k < in.size(); ++k) in[k] = value(r, 0, k);
+    all[r].assign(8, untouched);
+    mimatrix::allgatherv<inproc, std::int32_t> allgatherv(comm);
+    allgatherv(in, all[r], c, d);
+    gathered[r].assign(r == 2 ? 8 : 0, untouched);
+    mimatrix::gatherv<inproc, std::int32_t> gatherv(comm);
+    gatherv(in, gathered[r], r == 2 ? c : counts{}, r == 2 ? d : counts{}, 2);
+    scattered[r].assign(c[std::size_t(r)], untouched);
+    mimatrix::scatterv<inproc, std::int32_t> scatterv(comm);
+    scatterv(all[r], c, d, scattered[r], 3);
+    values six(6, r + 1);
+    reduced[r].assign(c[std::size_t(r)], untouched);
+    mimatrix::reduce_scatter_v<inproc, reduce::max<std::int32_t>> reduce_scatter_v(comm);
+    reduce_scatter_v(six, reduced[r], c);
+    // Rank r sends one element to each rank: its own number.
+    const values mine(std::size_t(p), r);
+    exchanged[r].assign(std::size_t(p), untouched);
+    const counts ones(std::size_t(p), 1);
+    mimatrix::alltoallv<inproc, std::int32_t> alltoallv(comm);
+    auto a2a = alltoallv.prepare(mine, ones, exchanged[r], ones);
+    a2a();
+  });
+  for (int r = 0; r < p; ++r) {
+    for (std::size_t j = 0; j < std::size_t(p); ++j)
+      for (std::size_t k = 0; k < c[j]; ++k) {
+        ASSERT_EQ(all[r][d[j] + k], value(int(j), 0, k)) << "allgatherv rank " << r;
+        if (r == 2) {
+          ASSERT_EQ(gathered[r][d[j] + k], value(int(j), 0, k)) << "gatherv";
+        }
+      }
+    for (std::size_t k = 0; k < c[std::size_t(r)]; ++k) {
+      ASSERT_EQ(scattered[r][k], value(r, 0, k)) << "scatterv rank " << r;
+      ASSERT_EQ(reduced[r][k], p) << "reduce_scatter_v max, rank " << r;
+    }
+    for (int j = 0; j < p; ++j) ASSERT_EQ(exchanged[r][std::size_t(j)], j) << "alltoallv rank " << r;
+  }
 }
 
 /// Runs `call` on 3 ranks and returns each rank's error text ("" where none).

@@ -83,13 +83,11 @@ struct collectives_core::impl {
   std::string uneven_problem(const call_shape& c, const call_options& options) const {
     const std::string_view pinned = options.pinned_algorithm(), runs = algorithm::uneven_exchange::name_for(c.kind);
     if (c.problem.empty() && !pinned.empty() && pinned != runs)
-      return "call_options::algorithm names '" + std::string(pinned) + "', but " + schedule::call_name(c.kind, true) +
+      return "call_options::algorithm names '" + std::string(pinned) + "', but " + std::string(schedule::call_name(c.kind, true)) +
              " runs '" + std::string(runs) + "' only";
     return c.problem;
   }
-  std::string named(const call_shape& c, const std::string& why) const {
-    return "rank " + std::to_string(transport.rank) + ", " + schedule::call_name(c.kind, true) + ": " + why;
-  }
+
   call_shape allreduce_shape(const void* input, void* output, std::size_t count, dtype type, reduce::op_kind op) const {
     return {schedule::collective::allreduce, input, count, output, count, 0, type, op};
   }
@@ -147,21 +145,17 @@ struct collectives_core::impl {
   /// starts no call (the peers are not told).
   /// A v-form runs algorithm::uneven_exchange, on the engine of no algorithm named.
   request start_uneven(const call_shape& c, const call_options& options) {
-    if (const std::string why = uneven_problem(c, options); !why.empty()) {
-      refuse(c.kind, named(c, why));
-      throw error(errc::invalid_argument, named(c, why));
-    }
-    return engine(c.kind, {}).start_uneven(c.kind, c.in, c.out, c.layout, c.root, kernels(c.kind, c.type, c.op),
+    const reduce::host_kernels& k = kernels(c.kind, c.type, c.op);
+    return engine(c.kind, {}).start_uneven(c.kind, c.in, c.out, {c.layout, uneven_problem(c, options)}, c.root, k,
                                            options.timeout, options.stream ? &*options.stream : nullptr, options.tag);
   }
   persistent prepare(const call_shape& c, const call_options& options) {
     const reduce::host_kernels& k = reduce::host_kernels_for(c.type, c.op);  // throws naming the bad one
     if (c.layout || !c.problem.empty()) {
-      if (const std::string why = uneven_problem(c, options); !why.empty())
-        throw error(errc::invalid_argument, named(c, why));
       engine_core& e = engine(c.kind, {});
-      return persistent(e, e.prepare_uneven(c.kind, c.in, c.out, c.layout, c.root, k, options.timeout,
-                                            options.stream ? &*options.stream : nullptr, options.tag));
+      return persistent(e, e.prepare_uneven(c.kind, c.in, c.out, {c.layout, uneven_problem(c, options)}, c.root, k,
+                                            options.timeout, options.stream ? &*options.stream : nullptr,
+                                            options.tag));
     }
     engine_core& e = engine(c.kind, options);
     return persistent(e, e.prepare(c.kind, c.in, c.in_count, c.out, c.out_count, c.root, k, options.timeout,

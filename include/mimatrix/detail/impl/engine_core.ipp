@@ -165,13 +165,15 @@ MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare(
   return call;
 }
 
-/// A v-form's call as prepared_call takes it: its buffers' sizes follow from its layout.
-inline prepared_call uneven_call(schedule::collective kind, const void* in, void* out,
-                                 std::shared_ptr<const schedule::uneven> layout, int root,
-                                 const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout,
-                                 const device::stream* stream, std::uint32_t tag, int rank, int size) {
+/// A v-form's call as prepared_call takes it: its buffers' sizes follow from its layout
+/// (none where its arguments cannot be).
+inline prepared_call uneven_call(schedule::collective kind, const void* in, void* out, const uneven_args& args,
+                                 int root, const reduce::host_kernels& kernels,
+                                 std::optional<std::chrono::milliseconds> timeout, const device::stream* stream,
+                                 std::uint32_t tag, int rank, int size) {
   prepared_call call{kind, in, 0, out, 0, root, &kernels, timeout, stream, tag, false};
-  call.layout = std::move(layout);
+  call.layout = args.layout;
+  if (!call.layout) return call;
   const schedule::descriptor d = call.descriptor(size);
   call.in_count = d.input_bytes(rank) / kernels.elem_size;
   call.out_count = d.output_bytes(rank) / kernels.elem_size;
@@ -179,18 +181,19 @@ inline prepared_call uneven_call(schedule::collective kind, const void* in, void
 }
 
 MIMATRIX_DECL request engine_core::start_uneven(schedule::collective kind, const void* in, void* out,
-                                                std::shared_ptr<const schedule::uneven> layout, int root,
+                                                const uneven_args& args, int root,
                                                 const reduce::host_kernels& kernels,
                                                 std::optional<std::chrono::milliseconds> timeout,
                                                 const device::stream* stream, std::uint32_t tag) {
   transport::dump_request::serve_if_raised();
   impl& e = *impl_;
-  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(kind));
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::call_name(kind, true));
   const auto began = e.comm.call_hooks().empty() ? std::chrono::steady_clock::time_point{}
                                                  : std::chrono::steady_clock::now();
-  prepared_call call = uneven_call(kind, in, out, std::move(layout), root, kernels, timeout, stream, tag,
-                                   e.transport.rank, e.transport.size);
+  prepared_call call =
+      uneven_call(kind, in, out, args, root, kernels, timeout, stream, tag, e.transport.rank, e.transport.size);
   const signature sig = e.take_signature(call);
+  if (!args.problem.empty()) e.refuse(call, sig, args.problem);
   const schedule::descriptor desc = call.descriptor(e.transport.size);
   if (auto why = e.problem(call, desc)) e.refuse(call, sig, *why);
   auto plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(desc, e.transport.rank));
@@ -198,18 +201,22 @@ MIMATRIX_DECL request engine_core::start_uneven(schedule::collective kind, const
 }
 
 MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare_uneven(
-    schedule::collective kind, const void* in, void* out, std::shared_ptr<const schedule::uneven> layout, int root,
+    schedule::collective kind, const void* in, void* out, const uneven_args& args, int root,
     const reduce::host_kernels& kernels, std::optional<std::chrono::milliseconds> timeout,
     const device::stream* stream, std::uint32_t tag) {
   impl& e = *impl_;
-  refuse_if_destroyed(e.alive, e.transport.rank, schedule::to_string(kind));
-  auto call = std::make_shared<prepared_call>(uneven_call(kind, in, out, std::move(layout), root, kernels, timeout,
-                                                          nullptr, tag, e.transport.rank, e.transport.size));
+  refuse_if_destroyed(e.alive, e.transport.rank, schedule::call_name(kind, true));
+  auto call = std::make_shared<prepared_call>(
+      uneven_call(kind, in, out, args, root, kernels, timeout, nullptr, tag, e.transport.rank, e.transport.size));
   if (stream) call->stream = &call->owned_stream.emplace(*stream);
+  const std::string name(schedule::call_name(kind, true));
+  // No call is started: the peers are not told.
+  const auto refuse = [&](const std::string& why) {
+    throw error(errc::invalid_argument, "rank " + std::to_string(e.transport.rank) + ", a persistent " + name + ": " + why);
+  };
+  if (!args.problem.empty()) refuse(args.problem);
   const schedule::descriptor desc = call->descriptor(e.transport.size);
-  if (auto why = e.problem(*call, desc))  // no call is started: the peers are not told
-    throw error(errc::invalid_argument, "rank " + std::to_string(e.transport.rank) + ", a persistent " +
-                                            schedule::call_name(desc) + ": " + *why);
+  if (auto why = e.problem(*call, desc)) refuse(*why);
   call->plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(desc, e.transport.rank));
   return call;
 }
@@ -255,7 +262,7 @@ MIMATRIX_DECL std::optional<std::string> engine_core::impl::problem(const prepar
 
 MIMATRIX_DECL void engine_core::impl::refuse(const prepared_call& call, const signature& sig, const std::string& why) {
   const std::string message =
-      describe({transport.rank, -1, schedule::to_string(call.kind), static_cast<std::int64_t>(sig.sequence)}, why);
+      describe({transport.rank, -1, schedule::call_name(call.kind, call.layout != nullptr), static_cast<std::int64_t>(sig.sequence)}, why);
   transport.fail(transport.transport, sig, errc::invalid_argument, message);
   comm.forget_root(sig.sequence);
   throw error(errc::invalid_argument, message);

@@ -235,7 +235,7 @@ class inproc_execution final : public step_executor {
                " (run every rank on device buffers)";
       if (!what.empty()) {
         // Read the entry before releasing it: the writer may free it at once.
-        const error_context where{rank_, ps->source, schedule::to_string(sig().kind),
+        const error_context where{rank_, ps->source, schedule::call_name(sig()),
                                   static_cast<std::int64_t>(sig().sequence), -1, static_cast<std::int64_t>(ps->bytes)};
         what += " (flag tag " + std::to_string(ps->tag) + ")";
         // Fail (on the board) before releasing: a released writer must not finish the

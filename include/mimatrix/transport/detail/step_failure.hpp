@@ -173,13 +173,13 @@ inline void step_executor::note_stall() const {
 
 inline error_context step_executor::context(schedule::step_id id) const {
   const schedule::step& st = step_at(id);
-  return {plan_->rank, st.peer, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence),
+  return {plan_->rank, st.peer, schedule::call_name(sig_), static_cast<std::int64_t>(sig_.sequence),
           static_cast<std::int64_t>(id), static_cast<std::int64_t>(st.bytes())};
 }
 
 inline error_context step_executor::stuck_context() const {
   if (const std::int64_t id = stuck_step(); id >= 0) return context(static_cast<schedule::step_id>(id));
-  return {plan_->rank, -1, schedule::to_string(sig_.kind), static_cast<std::int64_t>(sig_.sequence)};
+  return {plan_->rank, -1, schedule::call_name(sig_), static_cast<std::int64_t>(sig_.sequence)};
 }
 
 inline std::string step_executor::stuck_reason() const {

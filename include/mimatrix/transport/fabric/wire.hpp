@@ -138,8 +138,8 @@ inline std::string disagreement(int peer, std::uint64_t theirs, std::uint64_t mi
     earlier.sequence -= back;
     if (theirs == pack(earlier, algorithm, agreement))
       return "a message of rank " + std::to_string(peer) + " left unreceived by " +
-             std::string(schedule::to_string(sig.kind)) + " #" + std::to_string(earlier.sequence) +
-             " reached this rank's " + std::string(schedule::to_string(sig.kind)) + " #" +
+             std::string(schedule::call_name(sig)) + " #" + std::to_string(earlier.sequence) +
+             " reached this rank's " + std::string(schedule::call_name(sig)) + " #" +
              std::to_string(sig.sequence) + " (calls 2^15 apart share the wire's tags): call #" +
              std::to_string(earlier.sequence) + " ended without receiving it, as when ranks disagree on a "
              "broadcast's root (each names itself: all send, none receives); every rank must give a call "
