@@ -113,6 +113,24 @@ MIMATRIX_SCENARIO(staged_collectives) {
     if (wrong) std::printf("rank %d: a reduce, gather, scatter or alltoall on the stream was wrong\n", r);
   }
 
+  // The v-forms stage alike: rank j's block holds j + 1 elements, rank 0's none.
+  {
+    std::vector<std::size_t> counts(static_cast<std::size_t>(p));
+    for (int j = 0; j < p; ++j) counts[std::size_t(j)] = std::size_t(j) * 7;
+    const std::size_t total = std::size_t(p) * std::size_t(p - 1) * 7 / 2, own = counts[std::size_t(r)];
+    std::vector<std::int32_t> mine(own, r + 1), all(total, -1), back(own, -1);
+    coll.allgatherv(mine.data(), own, all.data(), counts, {}, dtype::int32, on_stream).wait();
+    for (int j = 0, at = 0; j < p; at += j * 7, ++j)
+      for (int k = 0; k < j * 7; ++k) wrong += all[std::size_t(at + k)] != j + 1;
+    coll.reduce_scatter_v(all.data(), back.data(), counts, dtype::int32, reduce::op_kind::sum, on_stream).wait();
+    for (std::int32_t v : back) wrong += v != p * (r + 1);
+    std::vector<std::size_t> ones(std::size_t(p), 1);
+    std::vector<std::int32_t> to_each(std::size_t(p), r), from_each(std::size_t(p), -1);
+    coll.alltoallv(to_each.data(), ones, {}, from_each.data(), ones, {}, dtype::int32, on_stream).wait();
+    for (int j = 0; j < p; ++j) wrong += from_each[std::size_t(j)] != j;
+    if (wrong) std::printf("rank %d: a v-form on the stream was wrong\n", r);
+  }
+
   // Non-blocking, as NCCL's calls are: the producer queued before the call waits until
   // this thread has returned from starting it. A call that waited on the host for its
   // input (the staging before this change) would wait for the producer for ever; the

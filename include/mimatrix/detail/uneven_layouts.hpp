@@ -80,30 +80,31 @@ inline uneven_args reduce_scatter_v_layout(int p, counts_view counts) {
   return made(many.spelled(), true);
 }
 
-/// MPI_Gatherv: `counts` and `displs` are read on the root only.
-inline uneven_args gatherv_layout(int rank, int p, std::size_t in_count, counts_view counts, counts_view displs,
-                                  int root) {
+/// gatherv's and scatterv's layout: `counts` and `displs` are read on the root only,
+/// where they must not overlap if the call writes them (`writes_blocks`, gatherv); `own`
+/// is this rank's one-block buffer's length, named `own_name`.
+inline uneven_args rooted_layout(int rank, int p, std::size_t own, counts_view counts, counts_view displs, int root,
+                                 bool writes_blocks, const std::string& own_name) {
   using namespace uneven_detail;
   if (auto why = root_problem(root, p)) return refused(*why);
-  if (rank != root) return made(only_own(rank, p, in_count), false);
+  if (rank != root) return made(only_own(rank, p, own), false);
   schedule::blocks many{{counts.begin(), counts.end()}, {displs.begin(), displs.end()}};
-  if (auto why = schedule::blocks_problem(many, p, true, "counts")) return refused(*why);
+  if (auto why = schedule::blocks_problem(many, p, writes_blocks, "counts")) return refused(*why);
   many = many.spelled();
-  if (auto why = own_count_problem(many, rank, in_count, "counts", "in_count")) return refused(*why);
+  if (auto why = own_count_problem(many, rank, own, "counts", own_name)) return refused(*why);
   return made(std::move(many), false);
 }
 
-/// MPI_Scatterv: `counts` and `displs` are read on the root only.
+/// MPI_Gatherv.
+inline uneven_args gatherv_layout(int rank, int p, std::size_t in_count, counts_view counts, counts_view displs,
+                                  int root) {
+  return rooted_layout(rank, p, in_count, counts, displs, root, true, "in_count");
+}
+
+/// MPI_Scatterv.
 inline uneven_args scatterv_layout(int rank, int p, counts_view counts, counts_view displs, std::size_t out_count,
                                    int root) {
-  using namespace uneven_detail;
-  if (auto why = root_problem(root, p)) return refused(*why);
-  if (rank != root) return made(only_own(rank, p, out_count), false);
-  schedule::blocks many{{counts.begin(), counts.end()}, {displs.begin(), displs.end()}};
-  if (auto why = schedule::blocks_problem(many, p, false, "counts")) return refused(*why);
-  many = many.spelled();
-  if (auto why = own_count_problem(many, rank, out_count, "counts", "out_count")) return refused(*why);
-  return made(std::move(many), false);
+  return rooted_layout(rank, p, out_count, counts, displs, root, false, "out_count");
 }
 
 /// MPI_Alltoallv, and c10d's all_to_all_single with split sizes (no displacements).
