@@ -167,6 +167,34 @@ c10::intrusive_ptr<c10d::Work> process_group::_allgather_base(at::Tensor& output
                 coll_.allgather(in.data, out.data, in.count, dtype::uint8, with(opts.timeout)), {output});
 }
 
+c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                  std::vector<at::Tensor>& inputs,
+                                                                  const c10d::AllgatherOptions& opts) {
+  // outputs[j] holds rank j's tensors, shaped as the inputs: one allgatherv of each rank's
+  // tensors back to back.
+  if (outputs.size() != std::size_t(size_))
+    refuse("allgather_coalesced", "the output must hold one list of tensors for each of " + std::to_string(size_) +
+                                      " ranks");
+  for (const at::Tensor& t : inputs) check_tensor(t, rank_, "allgather_coalesced");
+  std::vector<at::Tensor> every;
+  std::vector<std::size_t> counts;
+  for (const std::vector<at::Tensor>& rank_tensors : outputs) {
+    std::size_t bytes = 0;
+    for (const at::Tensor& t : rank_tensors) {
+      check_tensor(t, rank_, "allgather_coalesced");
+      bytes += std::size_t(t.numel()) * t.element_size();
+      every.push_back(t);
+    }
+    counts.push_back(bytes);
+  }
+  at::Tensor flat_in = packed(inputs);
+  at::Tensor flat = at::empty({std::int64_t(std::accumulate(counts.begin(), counts.end(), std::size_t(0)))}, at::kByte);
+  request pending = coll_.allgatherv(flat_in.data_ptr(), std::size_t(flat_in.numel()), flat.data_ptr(), counts, {},
+                                     dtype::uint8, with(opts.timeout));
+  return launch(c10d::OpType::ALLGATHER_COALESCED, std::move(pending), every,
+                [flat_in, flat, every] { unpack(flat, every); });
+}
+
 c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::GatherOptions& opts) {

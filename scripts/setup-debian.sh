@@ -23,6 +23,9 @@ packages=(
   zlib1g-dev        # the ResNet example reads gzip-compressed IDX files
   dataset-fashion-mnist  # ...its data set, in /usr/share/datasets/fashion-mnist
   libdnnl-dev       # oneDNN 2.6: the ResNet example's CPU layers (examples/02_resnet/nn)
+  python3-torch     # PyTorch 1.13: the backend pytorch_backend/ and PyTorch's distributed test suite
+  libtorch-dev      # ...its C++ headers and TorchConfig.cmake
+  pybind11-dev      # ...the Python module mimatrix_torch
   "$@"
 )
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Bad input and a dead rank under the mimatrix backend: each is a Python exception that
+names the rank and the call, on every rank, within the group's timeout, never a hang.
+Over shm, 2 ranks, under torch.multiprocessing."""
+import datetime
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+import mimatrix_torch  # noqa: F401  (registers the backend "mimatrix")
+
+TIMEOUT_S = 10
+
+
+def raises(call, *needles):
+    """Runs `call`; returns the error's text, which must hold every needle."""
+    try:
+        call()
+    except RuntimeError as e:
+        text = str(e)
+        missing = [n for n in needles if n not in text]
+        if missing:
+            raise AssertionError(f"the error lacks {missing}: {text}")
+        return text
+    raise AssertionError("no error")
+
+
+def scenario(rank, name):
+    r = rank
+    if name == "dtype":  # a dtype mimatrix cannot reduce, refused on this rank, the peer told
+        if r == 0:
+            raises(lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int16)), "rank 0", "allreduce", "Short")
+        else:
+            raises(lambda: dist.all_reduce(torch.zeros(3)), "rank 1", "rank 0")
+    elif name == "sizes":  # tensors of different sizes on the two ranks
+        raises(lambda: dist.all_reduce(torch.ones(5 + r)), f"rank {r}", "disagree")
+    elif name == "op":
+        raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BXOR), f"rank {r}", "BXOR")
+    elif name == "dead_rank":  # rank 1 dies between DDP steps; rank 0's next step fails in time
+        model = nn.parallel.DistributedDataParallel(nn.Linear(8, 4))
+        for step in range(3):
+            model(torch.randn(16, 8)).sum().backward()
+        if r == 1:
+            os._exit(0)
+        began = time.monotonic()
+        raises(lambda: model(torch.randn(16, 8)).sum().backward(), "rank 0")
+        took = time.monotonic() - began
+        if took > TIMEOUT_S + 5:
+            raise AssertionError(f"rank 0 learned of the dead rank after {took:.1f} s")
+
+
+def run(rank, name, init, errors):
+    try:
+        dist.init_process_group("mimatrix", init_method=init, rank=rank, world_size=2,
+                                timeout=datetime.timedelta(seconds=TIMEOUT_S))
+        scenario(rank, name)
+    except Exception:
+        errors.put(f"{name}, rank {rank}:\n{traceback.format_exc()}")
+
+
+def main():
+    failures = []
+    for name in ("dtype", "sizes", "op", "dead_rank"):
+        before = len(failures)
+        with tempfile.TemporaryDirectory() as d:
+            errors = mp.get_context("spawn").SimpleQueue()
+            ctx = mp.spawn(run, args=(name, f"file://{d}/store", errors), nprocs=2, join=False)
+            while not ctx.join():
+                pass
+            while not errors.empty():
+                failures.append(errors.get())
+        print(f"{name}: {'ok' if len(failures) == before else 'FAILED'}", flush=True)
+    for f in failures:
+        print(f, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
