@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every c10d call the mimatrix backend serves, in real processes under
 torch.multiprocessing: exact results on integer-valued tensors at world sizes 2 and 3,
-over shm and tcp on loopback; and the calls it refuses say so by name."""
+over shm and tcp on loopback; and the calls it refuses say so by name. Then the group
+under torchrun (env://), 4 ranks over tcp."""
 import datetime
 import os
 import sys
@@ -125,8 +126,41 @@ def run(rank, size, init, provider, errors):
         errors.put(f"rank {rank} ({provider}, {size} ranks):\n{traceback.format_exc()}")
 
 
+TORCHRUN_SCRIPT = """
+import torch, torch.distributed as dist, mimatrix_torch
+dist.init_process_group("mimatrix")  # env://, as torchrun sets it
+r, p = dist.get_rank(), dist.get_world_size()
+t = torch.full((4,), float(r + 1))
+dist.all_reduce(t)
+b = torch.tensor([r])
+dist.broadcast(b, src=p - 1)
+ok = torch.equal(t, torch.full((4,), p * (p + 1) / 2)) and b.item() == p - 1
+print(f"RANK {r} {'OK' if ok else 'WRONG'}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def torchrun(ranks, provider):
+    """init_process_group("mimatrix") under torchrun; the failures it found."""
+    import subprocess
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "job.py")
+        with open(script, "w") as f:
+            f.write(TORCHRUN_SCRIPT)
+        env = dict(os.environ, MIMATRIX_PROVIDER=provider)
+        # Python 3.11's torchrun needs --redirects and --tee to keep the ranks' output.
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                              "--redirects", "1", "--tee", "1", script],
+                             env=env, capture_output=True, text=True, timeout=300)
+    oks = out.stdout.count(" OK")
+    return [] if out.returncode == 0 and oks == ranks else [f"torchrun {ranks} ranks over {provider}: "
+                                                            f"exit {out.returncode}, {oks} OK\n{out.stdout}{out.stderr}"]
+
+
 def main():
     failures = []
+    failures += torchrun(4, "tcp;ofi_rxm")
+    print(f"torchrun, 4 ranks over tcp: {'ok' if not failures else 'FAILED'}", flush=True)
     for provider in ("shm", "tcp;ofi_rxm"):
         for size in (2, 3):
             before = len(failures)
