@@ -43,10 +43,15 @@ std::vector<std::size_t> byte_counts(const std::vector<at::Tensor>& tensors) {
   return counts;
 }
 
+/// Room for blocks of `counts` bytes back to back.
+at::Tensor staging(const std::vector<std::size_t>& counts) {
+  return at::empty({std::int64_t(std::accumulate(counts.begin(), counts.end(), std::size_t(0)))}, at::kByte);
+}
+
 /// The bytes of `tensors` back to back.
 at::Tensor packed(const std::vector<at::Tensor>& tensors) {
   const std::vector<std::size_t> counts = byte_counts(tensors);
-  at::Tensor flat = at::empty({std::int64_t(std::accumulate(counts.begin(), counts.end(), std::size_t(0)))}, at::kByte);
+  at::Tensor flat = staging(counts);
   auto* at = static_cast<std::uint8_t*>(flat.data_ptr());
   for (std::size_t j = 0; j < tensors.size(); ++j, at += counts[j - 1]) std::memcpy(at, tensors[j].data_ptr(), counts[j]);
   return flat;
@@ -151,7 +156,7 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather(std::vector<std::vector<
   const std::vector<at::Tensor>& out = outputs.front();
   for (const at::Tensor& t : out) check_tensor(t, rank_, "allgather");
   const std::vector<std::size_t> counts = byte_counts(out);
-  at::Tensor flat = at::empty({std::int64_t(std::accumulate(counts.begin(), counts.end(), std::size_t(0)))}, at::kByte);
+  at::Tensor flat = staging(counts);
   request pending = coll_.allgatherv(in.data, in.count, flat.data_ptr(), counts, {}, dtype::uint8, with(opts.timeout));
   return launch(c10d::OpType::ALLGATHER, std::move(pending), out, [flat, out] { unpack(flat, out); });
 }
@@ -188,7 +193,7 @@ c10::intrusive_ptr<c10d::Work> process_group::allgather_coalesced(std::vector<st
     counts.push_back(bytes);
   }
   at::Tensor flat_in = packed(inputs);
-  at::Tensor flat = at::empty({std::int64_t(std::accumulate(counts.begin(), counts.end(), std::size_t(0)))}, at::kByte);
+  at::Tensor flat = staging(counts);
   request pending = coll_.allgatherv(flat_in.data_ptr(), std::size_t(flat_in.numel()), flat.data_ptr(), counts, {},
                                      dtype::uint8, with(opts.timeout));
   return launch(c10d::OpType::ALLGATHER_COALESCED, std::move(pending), every,
@@ -209,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> process_group::gather(std::vector<std::vector<at:
   const std::vector<at::Tensor>& out = outputs.front();
   for (const at::Tensor& t : out) check_tensor(t, rank_, "gather");
   const std::vector<std::size_t> counts = byte_counts(out);
-  at::Tensor flat = at::empty({std::int64_t(std::accumulate(counts.begin(), counts.end(), std::size_t(0)))}, at::kByte);
+  at::Tensor flat = staging(counts);
   request pending =
       coll_.gatherv(in.data, in.count, flat.data_ptr(), counts, {}, dtype::uint8, root, with(opts.timeout));
   return launch(c10d::OpType::GATHER, std::move(pending), out, [flat, out] { unpack(flat, out); });
@@ -304,8 +309,7 @@ c10::intrusive_ptr<c10d::Work> process_group::alltoall(std::vector<at::Tensor>& 
   for (const at::Tensor& t : outputs) check_tensor(t, rank_, "alltoall");
   at::Tensor flat_in = packed(inputs);
   const std::vector<std::size_t> receive = byte_counts(outputs);
-  at::Tensor flat_out =
-      at::empty({std::int64_t(std::accumulate(receive.begin(), receive.end(), std::size_t(0)))}, at::kByte);
+  at::Tensor flat_out = staging(receive);
   request pending = coll_.alltoallv(flat_in.data_ptr(), byte_counts(inputs), {}, flat_out.data_ptr(), receive, {},
                                     dtype::uint8, with(opts.timeout));
   return launch(c10d::OpType::ALLTOALL, std::move(pending), outputs,

@@ -7,14 +7,13 @@ import datetime
 import os
 import sys
 import tempfile
-import traceback
 import warnings
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import mimatrix_torch  # noqa: F401  (registers the backend "mimatrix")
+from spawned import failures_of
 
 
 def check(cond, what):
@@ -114,16 +113,13 @@ def collectives(rank, size):
             check(f"rank {r}" in str(e), f"{call}: the error names the rank: {e}")
 
 
-def run(rank, size, init, provider, errors):
+def run(rank, init, size, provider):
     os.environ["MIMATRIX_PROVIDER"] = provider
     warnings.filterwarnings("ignore", message=".*all_reduce_coalesced will be deprecated.*")
-    try:
-        dist.init_process_group("mimatrix", init_method=init, rank=rank, world_size=size,
-                                timeout=datetime.timedelta(seconds=60))
-        collectives(rank, size)
-        dist.destroy_process_group()
-    except Exception:
-        errors.put(f"rank {rank} ({provider}, {size} ranks):\n{traceback.format_exc()}")
+    dist.init_process_group("mimatrix", init_method=init, rank=rank, world_size=size,
+                            timeout=datetime.timedelta(seconds=60))
+    collectives(rank, size)
+    dist.destroy_process_group()
 
 
 TORCHRUN_SCRIPT = """
@@ -163,13 +159,9 @@ def main():
     print(f"torchrun, 4 ranks over tcp: {'ok' if not failures else 'FAILED'}", flush=True)
     for provider in ("shm", "tcp;ofi_rxm"):
         for size in (2, 3):
-            before = len(failures)
-            with tempfile.TemporaryDirectory() as d:
-                errors = mp.get_context("spawn").SimpleQueue()
-                mp.spawn(run, args=(size, f"file://{d}/store", provider, errors), nprocs=size, join=True)
-                while not errors.empty():
-                    failures.append(errors.get())
-            print(f"{provider}, {size} ranks: {'ok' if len(failures) == before else 'FAILED'}", flush=True)
+            found = failures_of(run, size, size, provider)
+            failures += found
+            print(f"{provider}, {size} ranks: {'FAILED' if found else 'ok'}", flush=True)
     for f in failures:
         print(f, file=sys.stderr)
     return 1 if failures else 0

@@ -5,16 +5,14 @@ Over shm, 2 ranks, under torch.multiprocessing."""
 import datetime
 import os
 import sys
-import tempfile
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 
 import mimatrix_torch  # noqa: F401  (registers the backend "mimatrix")
+from spawned import failures_of
 
 TIMEOUT_S = 10
 
@@ -56,27 +54,18 @@ def scenario(rank, name):
             raise AssertionError(f"rank 0 learned of the dead rank after {took:.1f} s")
 
 
-def run(rank, name, init, errors):
-    try:
-        dist.init_process_group("mimatrix", init_method=init, rank=rank, world_size=2,
-                                timeout=datetime.timedelta(seconds=TIMEOUT_S))
-        scenario(rank, name)
-    except Exception:
-        errors.put(f"{name}, rank {rank}:\n{traceback.format_exc()}")
+def run(rank, init, name):
+    dist.init_process_group("mimatrix", init_method=init, rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    scenario(rank, name)
 
 
 def main():
     failures = []
     for name in ("dtype", "sizes", "op", "dead_rank"):
-        before = len(failures)
-        with tempfile.TemporaryDirectory() as d:
-            errors = mp.get_context("spawn").SimpleQueue()
-            ctx = mp.spawn(run, args=(name, f"file://{d}/store", errors), nprocs=2, join=False)
-            while not ctx.join():
-                pass
-            while not errors.empty():
-                failures.append(errors.get())
-        print(f"{name}: {'ok' if len(failures) == before else 'FAILED'}", flush=True)
+        found = failures_of(run, 2, name)
+        failures += found
+        print(f"{name}: {'FAILED' if found else 'ok'}", flush=True)
     for f in failures:
         print(f, file=sys.stderr)
     return 1 if failures else 0
