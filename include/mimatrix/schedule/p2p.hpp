@@ -47,6 +47,12 @@ constexpr std::uint32_t step_tag(std::uint32_t user, std::uint32_t occurrence) {
 constexpr std::uint32_t user_tag(std::uint32_t step) { return step >> occurrence_bits; }
 constexpr std::uint32_t occurrence(std::uint32_t step) { return step & (max_occurrences - 1); }
 inline constexpr std::uint32_t manifest_tag = step_tag(65535, 0);
+/// A step's tag as a message names it: a p2p step's user tag ("7", "7 (#1 of it)"), a
+/// collective's as it is.
+inline std::string tag_text(collective kind, std::uint32_t tag) {
+  if (kind != collective::p2p) return std::to_string(tag);
+  return std::to_string(user_tag(tag)) + (occurrence(tag) ? " (#" + std::to_string(occurrence(tag)) + " of it)" : "");
+}
 /// A batch's ops in bytes are below this (region offsets are 56 bits).
 inline constexpr std::uint64_t max_bytes = region::offset_limit;
 

@@ -148,8 +148,10 @@ struct descriptor {
   }
 };
 
-/// "allgatherv", "reduce_scatter_v" for calls with a layout; the kind's name otherwise.
+/// "allgatherv", "reduce_scatter_v" for calls with a layout, "p2p batch" for a batch; the
+/// kind's name otherwise.
 constexpr std::string_view call_name(collective kind, bool uneven) {
+  if (kind == collective::p2p) return "p2p batch";  // "rank 1, p2p batch #4, step 0, peer 0: ..."
   if (!uneven) return to_string(kind);
   switch (kind) {
     case collective::reduce_scatter: return "reduce_scatter_v";
