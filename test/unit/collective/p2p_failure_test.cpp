@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <latch>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,17 +87,27 @@ TEST(p2p_failure, a_count_or_dtype_that_differs_fails_both_ranks) {
 }
 
 TEST(p2p_failure, a_missing_op_fails_both_ranks_and_a_third_rank_of_the_batch) {
-  auto [results, took] = run_ranks(3, [](int r, coll_t& coll) {
+  std::latch failed(2);  // rank 2 comes after: a side that completed before the failure is not failed
+  auto [results, took] = run_ranks(3, [&](int r, coll_t& coll) {
     auto a = floats(4), b = floats(4), c = floats(4);
     p2p_batch batch;
     if (r == 0) batch.send(a.data(), 4, dtype::float32, 1, 5).send(b.data(), 4, dtype::float32, 1, 5).recv(c.data(), 4, dtype::float32, 2);
     if (r == 1) batch.recv(a.data(), 4, dtype::float32, 0, 5);
-    if (r == 2) batch.send(c.data(), 4, dtype::float32, 0);
+    if (r == 2) {
+      failed.wait();
+      batch.send(c.data(), 4, dtype::float32, 0);
+      coll.start(batch).wait();
+      return;
+    }
+    const struct ended {  // failed or not (a defect): rank 2 must not wait forever
+      std::latch& l;
+      ~ended() { l.count_down(); }
+    } done{failed};
     coll.start(batch).wait();
   });
   expect_failed(results[0], 0, errc::mismatch, {"this rank sends tag 5 (#1 of it, 4 x float) that rank 1 does not receive"});
   expect_failed(results[1], 1, errc::mismatch, {"rank 0 sends tag 5 (#1 of it, 4 x float) that this rank does not receive"});
-  // Rank 2's side with rank 0 agreed, but the batch fails as a whole.
+  // Rank 2's side with rank 0 agrees, but rank 0's batch failed as a whole.
   ASSERT_TRUE(results[2].has_value());
   EXPECT_NE(results[2]->message.find("failed on another rank"), std::string::npos) << results[2]->message;
   EXPECT_LT(took, 2s);
