@@ -58,8 +58,6 @@ class communicator_state {
   /// sequence is not touched: next_sequence() is the same after it.
   MIMATRIX_DECL batch_numbers take_batch(int rank, int size, transport::progress_engine* progress,
                                          std::span<const int> peers);
-  /// The batches this rank started (the next one's `local`).
-  std::uint64_t next_batch() const { return batches_; }
   /// Inside group_start()/group_end() (p2p_core): collectives are refused until it ends.
   void set_grouping(bool on) { grouping_ = on; }
   bool grouping() const { return grouping_; }

@@ -151,10 +151,10 @@ inline std::string describe_op(std::span<const op> ops, std::size_t k) {
          std::to_string(ops[k].peer) + ", tag " + std::to_string(ops[k].tag) + ")";
 }
 
-/// What makes `ops` no batch of rank `rank` in a group of `size`: a peer out of range, a tag
-/// above max_user_tag, a buffer past max_bytes, too many ops of one (direction, peer, tag)
-/// or in all; none where it is one.
-inline std::optional<std::string> problem(std::span<const op> ops, int rank, int size) {
+/// What makes `ops` no batch in a group of `size`: a peer out of range, a tag above
+/// max_user_tag, a buffer past max_bytes, too many ops of one (direction, peer, tag) or in
+/// all; none where it is one.
+inline std::optional<std::string> problem(std::span<const op> ops, int size) {
   if (ops.size() > max_entries)
     return "a batch of " + std::to_string(ops.size()) + " ops; a batch holds at most " +
            std::to_string(max_entries) + " (split it)";
@@ -172,7 +172,6 @@ inline std::optional<std::string> problem(std::span<const op> ops, int rank, int
       return describe_op(ops, k) + ": more than " + std::to_string(max_occurrences - 1) +
              " ops of one direction, peer and tag in a batch";
   }
-  (void)rank;
   return std::nullopt;
 }
 
@@ -197,7 +196,7 @@ inline std::optional<std::string> self_mismatch(std::span<const op> ops, int ran
 /// Rank `rank`'s schedule of batch `ops` in a group of `size`: a send or receive a peer op,
 /// a copy a pair of self ops. Throws invalid_argument (problem()) or mismatch (self_mismatch()).
 inline schedule build(std::span<const op> ops, int rank, int size) {
-  if (auto why = problem(ops, rank, size)) throw error(errc::invalid_argument, "rank " + std::to_string(rank) + ": " + *why);
+  if (auto why = problem(ops, size)) throw error(errc::invalid_argument, "rank " + std::to_string(rank) + ": " + *why);
   if (auto why = self_mismatch(ops, rank)) throw error(errc::mismatch, "rank " + std::to_string(rank) + ": " + *why);
   builder b(descriptor{collective::p2p, size, 0, 1}, rank, "p2p");
   b.reserve(ops.size(), 0);

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <span>
 
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
@@ -17,8 +16,8 @@ struct host_buffers {
   std::byte* output = nullptr;
   std::byte* scratch = nullptr;
   /// The buffer table's entries (a p2p batch's buffers, schedule::entry); a sent entry is
-  /// only read.
-  std::span<std::byte* const> entries{};
+  /// only read. A pointer, not a span: executors keep these four words in one half line.
+  std::byte* const* entries = nullptr;
 
   const std::byte* read(const schedule::region& r) const {
     switch (r.where) {

@@ -98,7 +98,7 @@ TEST(p2p_schedule, refuses_peers_tags_and_counts_it_cannot_carry) {
   refused({send_to(1, 0, std::uint64_t(1) << 55, dtype::int32)}, "reach past 2^56 bytes");
   EXPECT_NO_THROW((void)p2p::build(std::vector<op>{send_to(1, 65534, 1)}, 0, 4));
   // 253 entries a batch (increment 1) come before 4095 ops of one tag could.
-  EXPECT_FALSE(p2p::problem(std::vector<op>(max_entries, send_to(1, 7, 0)), 0, 4));
+  EXPECT_FALSE(p2p::problem(std::vector<op>(max_entries, send_to(1, 7, 0)), 4));
   refused(std::vector<op>(max_entries + 1, send_to(1, 7, 0)), "a batch of 254 ops; a batch holds at most 253");
 }
 

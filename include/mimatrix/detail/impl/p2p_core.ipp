@@ -125,7 +125,7 @@ MIMATRIX_DECL request p2p_core::impl::run(std::span<const p2p_batch::op> ops, co
   // A refused batch fails its peers' sides at once (they name this rank), then throws.
   errc code = errc::invalid_argument;
   auto why = bad_options;
-  if (!why) why = schedule::p2p::problem(shapes, rank, size);
+  if (!why) why = schedule::p2p::problem(shapes, size);
   if (!why) why = p2p_buffer_problem(ops, shapes);
   if (!why && (why = schedule::p2p::self_mismatch(shapes, rank))) code = errc::mismatch;
   if (why) {

@@ -77,7 +77,7 @@ class inproc_execution final : public step_executor {
         sends_(std::make_unique<posted_send[]>(this->plan().steps.size())),
         entries_(call.entries.begin(), call.entries.end()),
         batch_(true) {
-    mem_.entries = entries_;
+    mem_.entries = entries_.data();
     keys_.assign(std::size_t(world.size()), 0);
     for (const auto& [peer, epoch] : call.epochs) {
       keys_[std::size_t(peer)] = inproc_world::call_key(instance, epoch);
