@@ -13,6 +13,8 @@
 #include "mimatrix/detail/across_hosts.hpp"
 #include "mimatrix/detail/bindings.hpp"
 #include "mimatrix/detail/collectives_core.hpp"
+#include "mimatrix/detail/p2p_core.hpp"
+#include "mimatrix/p2p.hpp"
 #include "mimatrix/reduce/ops.hpp"
 #include "mimatrix/request.hpp"
 #include "mimatrix/topology/layout.hpp"
@@ -51,7 +53,8 @@ class collectives {
   explicit collectives(communicator<Transport>& comm, Topology topo = {})
       : comm_(comm),
         core_(comm.state(), detail::face_of(comm.transport()), std::make_shared<const Topology>(std::move(topo)),
-              &detail::automatic_on<Topology>, detail::suggestion_of(comm.transport())) {}
+              &detail::automatic_on<Topology>, detail::suggestion_of(comm.transport())),
+        p2p_(comm.state(), detail::face_of(comm.transport())) {}
 
   /// On device buffers over ranks of several hosts that reach the device memory of their
   /// own host's ranks only, and with no algorithm named: within each host through that
@@ -216,6 +219,40 @@ class collectives {
                                           dtype type, const call_options& options = {}) {
     return core_.alltoallv_init(input, send_counts, send_displs, output, recv_counts, recv_displs, type, options);
   }
+  /// Point-to-point (p2p.hpp), on host memory: starts `batch`'s sends and receives together.
+  /// A bad argument (a peer out of range, a tag above 65534, a null buffer with a count,
+  /// receive buffers that overlap) throws `invalid_argument` naming the rank, the op, the
+  /// peer and the tag, and the peers the batch names fail at once. Ops the peer's batch
+  /// lacks fail both ranks with `mismatch`, naming the peer and the tag. `options`: a
+  /// deadline only (an algorithm or a tag is `invalid_argument`). An empty batch is done.
+  [[nodiscard]] request start(const p2p_batch& batch, const call_options& options = {}) {
+    p2p_supported();
+    return p2p_.start(batch, options);
+  }
+  /// A batch of one send (as ncclSend, MPI_Isend); inside a group, added to its batch.
+  [[nodiscard]] request send(const void* buffer, std::size_t count, dtype type, int peer, std::uint32_t tag = 0,
+                             const call_options& options = {}) {
+    p2p_supported();
+    return p2p_.send(buffer, count, type, peer, tag, options);
+  }
+  /// A batch of one receive (as ncclRecv, MPI_Irecv); inside a group, added to its batch.
+  [[nodiscard]] request recv(void* buffer, std::size_t count, dtype type, int peer, std::uint32_t tag = 0,
+                             const call_options& options = {}) {
+    p2p_supported();
+    return p2p_.recv(buffer, count, type, peer, tag, options);
+  }
+  /// As ncclGroupStart: the sends and receives until the matching group_end() start as one
+  /// batch there (groups nest). A collective inside a group is `invalid_argument` (not yet).
+  void group_start() {
+    p2p_supported();
+    p2p_.group_start();
+  }
+  /// As ncclGroupEnd: the outermost starts the group's batch; inner ones return an empty request.
+  [[nodiscard]] request group_end(const call_options& options = {}) {
+    p2p_supported();
+    return p2p_.group_end(options);
+  }
+
   /// Returns once every rank has entered it (an allreduce of one byte).
   void barrier(const call_options& options = {}) { core_.barrier(options); }
 
@@ -223,6 +260,12 @@ class collectives {
 
  private:
   static constexpr bool splits_by_host = detail::across_hosts<Transport>::splits_by_host;
+  /// Called by the p2p methods: only those that are used are instantiated.
+  static constexpr void p2p_supported() {
+    static_assert(transport::runs_batches<Transport>,
+                  "mimatrix: this transport runs no send/recv yet (p2p batches run on transport::inproc; fabric's "
+                  "are the next increment)");
+  }
 
   /// The split by host where a call with `options` runs across hosts; null where it runs
   /// flat (or where the communicator is gone: core_ then refuses the call). Called only
@@ -240,6 +283,7 @@ class collectives {
 
   communicator<Transport>& comm_;
   detail::collectives_core core_;
+  detail::p2p_core p2p_;
   bool split_tried_ = false;
   std::unique_ptr<detail::across_hosts<Transport>> hosts_;  // after core_: its calls go first
 };

@@ -36,6 +36,7 @@
 #include "mimatrix/bootstrap/rendezvous.hpp"
 #include "mimatrix/communicator.hpp"
 #include "mimatrix/request.hpp"
+#include "mimatrix/p2p.hpp"
 #include "mimatrix/allreduce.hpp"
 #include "mimatrix/reduce_scatter.hpp"
 #include "mimatrix/allgather.hpp"

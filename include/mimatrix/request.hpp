@@ -50,7 +50,9 @@ class [[nodiscard]] request {
 
   /// The call's sequence number on its communicator, alike on every rank (as c10d's
   /// Work::getSequencenumber); it stays after wait(). A call composed across hosts
-  /// reports its first part's, on the host's group. 0 for a default-made request.
+  /// reports its first part's, on the host's group. 0 for a default-made request. A p2p
+  /// batch's is this rank's own count of its batches, which is not alike across ranks
+  /// (batches meet by pair epochs, p2p.hpp).
   std::uint64_t sequence() const { return sequence_; }
 
   /// Progresses without blocking; true when complete. Throws `mimatrix::error` if it failed,

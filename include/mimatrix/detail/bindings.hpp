@@ -60,6 +60,17 @@ bool runs_as_built_of(const void* self, const schedule::schedule& plan, const de
   return static_cast<const Transport*>(self)->runs_as_built(plan, stream);
 }
 
+template <class Transport>
+std::unique_ptr<operation> start_batch_on(void* self, std::shared_ptr<const schedule::schedule> plan,
+                                          const transport::batch_call& call, std::chrono::milliseconds timeout) {
+  return static_cast<Transport*>(self)->start_batch(std::move(plan), call, timeout);
+}
+
+template <class Transport>
+void fail_batch_on(void* self, const transport::batch_call& call, errc code, const std::string& why) {
+  static_cast<Transport*>(self)->fail_batch(call, code, why);
+}
+
 /// `t` as the engine calls it.
 template <class Transport>
 transport_face face_of(Transport& t) {
@@ -74,6 +85,10 @@ transport_face face_of(Transport& t) {
   if constexpr (transport::reaches_peers_device_memory<Transport>)
     f.reaches_peers_device_memory = &reaches_peers_device_memory_of<Transport>;
   if constexpr (transport::runs_as_built_on_device<Transport>) f.runs_as_built = &runs_as_built_of<Transport>;
+  if constexpr (transport::runs_batches<Transport>) {
+    f.start_batch = &start_batch_on<Transport>;
+    f.fail_batch = &fail_batch_on<Transport>;
+  }
   f.native_one_sided = transport::runs_one_sided<Transport>;
   if constexpr (transport::has_progress_engine<Transport>) f.progress = &t.progress();
   return f;

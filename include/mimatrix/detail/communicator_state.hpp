@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,7 +43,24 @@ class communicator_state {
   /// flight are on `progress` (null: it has no progress engine). Throws `invalid_argument`
   /// when another thread still has calls in flight there: two threads starting calls on
   /// one communicator would number them in an order the peers cannot share.
+  /// Throws `invalid_argument` inside group_start()/group_end(), which hold p2p only for now.
   MIMATRIX_DECL std::uint64_t take_sequence(int rank, transport::progress_engine* progress);
+
+  /// The numbers of a p2p batch: `local`, this rank's own count of batches (it names the
+  /// batch in errors; other ranks count theirs), and the pair epoch of each peer it names:
+  /// this rank's k-th batch naming peer q meets q's k-th batch naming this rank.
+  struct batch_numbers {
+    std::uint64_t local = 0;
+    std::vector<std::pair<int, std::uint64_t>> epochs;  // (peer, epoch), as `peers` lists them
+  };
+  /// Takes the numbers of a batch rank `rank` of `size` starts with distinct `peers` (not
+  /// itself), checking the starting thread as take_sequence() does. The collectives'
+  /// sequence is not touched: next_sequence() is the same after it.
+  MIMATRIX_DECL batch_numbers take_batch(int rank, int size, transport::progress_engine* progress,
+                                         std::span<const int> peers);
+  /// Inside group_start()/group_end() (p2p_core): collectives are refused until it ends.
+  void set_grouping(bool on) { grouping_ = on; }
+  bool grouping() const { return grouping_; }
   /// The history call `sequence`'s signature carries (signature::history); `shape` is
   /// what of a call with a root the ranks must agree on (its root and count, folded to 16
   /// bits, never 0; 0 for other calls), folded in for the calls after it. The fold is a
@@ -98,10 +116,15 @@ class communicator_state {
   struct calls;  // the plans and the thread whose calls are in flight
   /// Says at MIMATRIX_DEBUG=INFO which progress mode calls run under from now on.
   MIMATRIX_DECL void announce_progress(int rank);
+  /// The check both numberings make: calls in flight belong to the thread that started them.
+  MIMATRIX_DECL void claim_calls(int rank, transport::progress_engine* progress);
 
   options options_;
   std::uint64_t sequence_ = 0;
   std::uint16_t history_ = 0;
+  std::uint64_t batches_ = 0;          // p2p batches started
+  std::vector<std::uint64_t> epochs_;  // by peer: batches started that name it
+  bool grouping_ = false;
   std::optional<std::pair<std::uint64_t, std::uint16_t>> folded_;  // the last broadcast folded in, and the history before
   std::optional<progress_mode> announced_progress_;  // the mode last said; none before the first call
   std::unique_ptr<calls> calls_;

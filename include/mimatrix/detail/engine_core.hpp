@@ -42,6 +42,11 @@ struct transport_face {
   bool (*runs_as_built)(const void* transport, const schedule::schedule& plan, const device::stream& stream) = nullptr;
   /// transport::runs_one_sided_sometimes; null when it runs every one-sided step or none.
   bool (*runs_one_sided)(const void* transport, const schedule::descriptor& d, std::size_t scratch_bytes) = nullptr;
+  /// transport::runs_batches; null: the transport runs no p2p batch.
+  std::unique_ptr<operation> (*start_batch)(void* transport, std::shared_ptr<const schedule::schedule> plan,
+                                            const transport::batch_call& call,
+                                            std::chrono::milliseconds timeout) = nullptr;
+  void (*fail_batch)(void* transport, const transport::batch_call& call, errc code, const std::string& why) = nullptr;
   bool native_one_sided = false;                   // transport::runs_one_sided
   transport::progress_engine* progress = nullptr;  // transport::has_progress_engine
 };

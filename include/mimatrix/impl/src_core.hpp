@@ -15,4 +15,5 @@
 #include "mimatrix/detail/impl/communicator_state.ipp"
 #include "mimatrix/detail/impl/compiled_instances.ipp"
 #include "mimatrix/detail/impl/engine_core.ipp"
+#include "mimatrix/detail/impl/p2p_core.ipp"
 #include "mimatrix/reduce/impl/host_kernels.ipp"

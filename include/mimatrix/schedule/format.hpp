@@ -19,13 +19,14 @@ constexpr std::string_view to_string(buffer b) {
     case buffer::input: return "input";
     case buffer::output: return "output";
     case buffer::scratch: return "scratch";
+    default: return "entry";  // a buffer table's (schedule::entry)
   }
-  return "?";
 }
 
 /// "output[0,4096)": the buffer and the half-open byte range.
 inline std::string to_string(const region& r) {
   std::string s(to_string(r.where));
+  if (is_entry(r.where)) s += ' ' + std::to_string(entry_index(r.where));
   s += '[';
   s += std::to_string(r.offset);
   s += ',';

@@ -28,8 +28,11 @@ enum class collective : std::uint8_t {
   gather,   // to a root
   scatter,  // from a root
   alltoall,
+  p2p,  // a batch of sends and receives (schedule/p2p.hpp): only the ranks it names take part
 };
-inline constexpr int collective_kinds = 8;  // the wire packs a kind in 3 bits
+/// The kinds wire::pack carries, in 3 bits: every collective but p2p, whose messages the
+/// wire packs its own way (increment 2 of docs/p2p).
+inline constexpr int collective_kinds = 8;
 
 constexpr std::string_view to_string(collective c) {
   switch (c) {
@@ -41,6 +44,7 @@ constexpr std::string_view to_string(collective c) {
     case collective::gather: return "gather";
     case collective::scatter: return "scatter";
     case collective::alltoall: return "alltoall";
+    case collective::p2p: return "p2p";
   }
   return "?";
 }
@@ -144,8 +148,10 @@ struct descriptor {
   }
 };
 
-/// "allgatherv", "reduce_scatter_v" for calls with a layout; the kind's name otherwise.
+/// "allgatherv", "reduce_scatter_v" for calls with a layout, "p2p batch" for a batch; the
+/// kind's name otherwise.
 constexpr std::string_view call_name(collective kind, bool uneven) {
+  if (kind == collective::p2p) return "p2p batch";  // "rank 1, p2p batch #4, step 0, peer 0: ..."
   if (!uneven) return to_string(kind);
   switch (kind) {
     case collective::reduce_scatter: return "reduce_scatter_v";
@@ -158,7 +164,13 @@ constexpr std::string_view call_name(collective kind, bool uneven) {
 }
 inline std::string call_name(const descriptor& d) { return std::string(call_name(d.kind, d.layout != nullptr)); }
 
+/// The buffers a region names: a collective's input, output and scratch, or entry k of a
+/// schedule's buffer table (a p2p batch's op k), values 3 to 255.
 enum class buffer : std::uint8_t { input, output, scratch };
+inline constexpr std::size_t max_entries = 253;
+constexpr buffer entry(std::size_t k) { return static_cast<buffer>(3 + k); }
+constexpr bool is_entry(buffer b) { return static_cast<std::uint8_t>(b) >= 3; }
+constexpr std::size_t entry_index(buffer b) { return static_cast<std::uint8_t>(b) - 3u; }
 
 /// A byte range of one buffer, in 16 bytes: the buffer and a 56-bit offset share one
 /// word (64 PiB of offsets; the builder refuses anything larger).
@@ -258,6 +270,8 @@ struct schedule {
   /// the engine; 0 where nobody set one. Transports compare it as they compare names.
   std::uint64_t agreement = 0;
   std::size_t scratch_bytes = 0;
+  /// The bytes of each entry of the buffer table (buffer::entry); empty for collectives.
+  std::vector<std::uint64_t> entry_bytes;
   std::vector<step> steps;
   // What must complete before step i starts: dep_ids[dep_begin[i] .. dep_begin[i+1]).
   std::vector<step_id> dep_ids;

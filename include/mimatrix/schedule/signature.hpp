@@ -37,8 +37,10 @@ struct signature {
 constexpr std::string_view call_name(const signature& s) { return call_name(s.kind, s.uneven); }
 
 /// "allreduce #7 (count 1000, float, sum)", "reduce #8 (count 4, float, max, root 2)",
-/// "allgatherv #9 (counts digest 0x3f2a, float)", or "... sum, tag 12)" for a tagged call.
+/// "allgatherv #9 (counts digest 0x3f2a, float)", or "... sum, tag 12)" for a tagged call;
+/// "p2p batch #4" for a p2p batch.
 inline std::string to_string(const signature& s) {
+  if (s.kind == collective::p2p) return std::string(call_name(s)) + " #" + std::to_string(s.sequence);  // this rank's own number
   std::string text = std::string(call_name(s)) + " #" + std::to_string(s.sequence) + " (";
   if (!s.uneven) {
     text += "count " + std::to_string(s.count) + ", ";

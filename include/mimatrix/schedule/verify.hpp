@@ -24,6 +24,8 @@ class verifier : public simulation_check {
                     (!one_sided_ || check_landing_races()) && simulate() && check_result();
     return {ok, ok ? std::string() : std::move(message_)};
   }
+  bool structure_and_matching() { return check_structure() && match() && match_flags(); }
+  const std::string& message() const { return message_; }
 };
 
 }  // namespace detail
@@ -44,6 +46,16 @@ class verifier : public simulation_check {
 /// Reports the first problem. A pure function: safe to call from any thread.
 [[nodiscard]] inline verify_result verify(std::span<const schedule> group, verify_options options = {}) {
   return detail::verifier(group, options).run();
+}
+
+/// The checks a p2p batch's schedules take (schedule/p2p.hpp; group[r] is rank r's batch
+/// of one epoch): a) structure, over the buffer table's entries, and b) every send meets
+/// one receive with its tag and bytes. A batch has no result to prove, and no step of it
+/// waits for another, so it cannot deadlock.
+[[nodiscard]] inline verify_result verify_matching(std::span<const schedule> group) {
+  detail::verifier v(group, {});
+  const bool ok = v.structure_and_matching();
+  return {ok, ok ? std::string() : v.message()};
 }
 
 /// verify(), throwing mimatrix::error(errc::invalid_argument) with the message on failure.

@@ -52,6 +52,17 @@ concept runs_as_built_on_device = requires(const T& t, const schedule::schedule&
   { t.runs_as_built(plan, stream) } -> std::same_as<bool>;
 };
 
+/// Transports that run p2p batches (send, recv, grouped calls; transport/batch_call.hpp):
+/// they start rank's part of a batch and, when this rank refuses one, fail its peers' parts
+/// at once. transport::inproc does; fabric's is the next increment, and collectives<> on a
+/// transport that does not model this refuses send and recv at compile time.
+template <class T>
+concept runs_batches = requires(T& t, std::shared_ptr<const schedule::schedule> plan, const batch_call& call,
+                                std::chrono::milliseconds timeout, const std::string& why) {
+  { t.start_batch(plan, call, timeout) } -> std::same_as<std::unique_ptr<mimatrix::detail::operation>>;
+  t.fail_batch(call, errc::invalid_argument, why);
+};
+
 /// Transports whose calls share a progress engine (every test() or wait() advances them
 /// all; progress_mode::thread adds a thread). The communicator sets its mode.
 template <class T>

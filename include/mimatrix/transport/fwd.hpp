@@ -29,4 +29,5 @@ class rank_streams;
 
 namespace mimatrix::transport {
 class progress_engine;
+struct batch_call;
 }  // namespace mimatrix::transport

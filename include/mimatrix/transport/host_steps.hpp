@@ -15,17 +15,22 @@ struct host_buffers {
   const std::byte* input = nullptr;
   std::byte* output = nullptr;
   std::byte* scratch = nullptr;
+  /// The buffer table's entries (a p2p batch's buffers, schedule::entry); a sent entry is
+  /// only read. A pointer, not a span: executors keep these four words in one half line.
+  std::byte* const* entries = nullptr;
 
   const std::byte* read(const schedule::region& r) const {
     switch (r.where) {
       case schedule::buffer::input: return input + r.offset;
       case schedule::buffer::output: return output + r.offset;
       case schedule::buffer::scratch: return scratch + r.offset;
+      default: return entries[schedule::entry_index(r.where)] + r.offset;
     }
-    return nullptr;
   }
   /// Schedules never write their input (in place, input and output are one memory).
   std::byte* write(const schedule::region& r) const {
+    if (schedule::is_entry(r.where)) [[unlikely]]
+      return entries[schedule::entry_index(r.where)] + r.offset;
     return r.where == schedule::buffer::scratch ? scratch + r.offset : output + r.offset;
   }
 };

@@ -19,6 +19,7 @@
 #include "mimatrix/reduce/host_kernels.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/batch_call.hpp"
 #include "mimatrix/transport/detail/inproc_execution.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
 #include "mimatrix/transport/progress.hpp"
@@ -88,6 +89,26 @@ class inproc {
   /// peer access): GDRAA's collectives on device memory run as one pass a rank, which
   /// algorithm::automatic takes there.
   bool reaches_peers_device_memory(const device::stream&) const { return true; }
+
+  /// Starts this rank's part of p2p batch `call` (transport::runs_batches), on host memory:
+  /// it enters each pair-batch on the world's pair board now, and runs what it can.
+  std::unique_ptr<mimatrix::detail::operation> start_batch(std::shared_ptr<const schedule::schedule> plan,
+                                                           const batch_call& call, std::chrono::milliseconds timeout) {
+    auto lock = engine_->lock();
+    return std::make_unique<detail::inproc_execution>(engine_, *world_, rank_, instance_, std::move(plan), call,
+                                                      timeout);
+  }
+
+  /// This rank will not run p2p batch `call`: the peers it names fail their sides with
+  /// `code` at once.
+  void fail_batch(const batch_call& call, errc code, const std::string& why) {
+    for (const auto& [peer, epoch] : call.epochs) {
+      const detail::inproc_pair_board::side s{instance_, rank_, peer, epoch, call.sig.sequence};
+      world_->pairs().fail(s, {code, why});
+      world_->pairs().leave(s);
+      world_->notify(peer);
+    }
+  }
 
   /// This rank will not take part in call `sig`: its peers fail with `code` at once
   /// instead of waiting for their deadline.

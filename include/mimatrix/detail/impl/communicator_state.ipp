@@ -42,6 +42,28 @@ MIMATRIX_DECL communicator_state::~communicator_state() = default;
 // on one communicator would number them in an order the peers cannot share, and silently
 // pair the wrong buffers when the calls look alike.
 MIMATRIX_DECL std::uint64_t communicator_state::take_sequence(int rank, transport::progress_engine* progress) {
+  if (grouping_)
+    throw error(errc::invalid_argument,
+                "rank " + std::to_string(rank) + ": a collective inside group_start()/group_end(); groups hold "
+                "send and recv only (collectives in groups are not yet supported): call it before group_start() "
+                "or after group_end()");
+  claim_calls(rank, progress);
+  if (options_.progress != announced_progress_) announce_progress(rank);
+  return sequence_++;
+}
+
+MIMATRIX_DECL communicator_state::batch_numbers communicator_state::take_batch(int rank, int size,
+                                                                               transport::progress_engine* progress,
+                                                                               std::span<const int> peers) {
+  claim_calls(rank, progress);
+  if (epochs_.size() < std::size_t(size)) epochs_.resize(std::size_t(size), 0);
+  batch_numbers n{batches_++, {}};
+  n.epochs.reserve(peers.size());
+  for (int peer : peers) n.epochs.emplace_back(peer, epochs_[std::size_t(peer)]++);
+  return n;
+}
+
+MIMATRIX_DECL void communicator_state::claim_calls(int rank, transport::progress_engine* progress) {
   if (progress) {
     const auto me = std::this_thread::get_id();
     const auto owner = calls_->owner.load(std::memory_order_relaxed);
@@ -54,8 +76,6 @@ MIMATRIX_DECL std::uint64_t communicator_state::take_sequence(int rank, transpor
       calls_->owner.store(me, std::memory_order_relaxed);
     }
   }
-  if (options_.progress != announced_progress_) announce_progress(rank);
-  return sequence_++;
 }
 
 // Said at the first call and at the first after a change: set_progress often follows the

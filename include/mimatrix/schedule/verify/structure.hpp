@@ -66,8 +66,8 @@ class structure_check {
       case buffer::input: return desc_of(rank).input_bytes(rank);
       case buffer::output: return desc_of(rank).output_bytes(rank);
       case buffer::scratch: return group_[std::size_t(rank)].scratch_bytes;
+      default: return group_[std::size_t(rank)].entry_bytes[entry_index(b)];
     }
-    return 0;
   }
   std::size_t first_elem(int rank, const region& r) const {
     const auto& l = layouts_[std::size_t(rank)];
@@ -82,7 +82,8 @@ class structure_check {
   bool check_region(int rank, std::size_t i, const region& r, const char* role, int owner = -1) {
     if (owner < 0) owner = rank;
     const auto b = static_cast<std::size_t>(r.where);
-    if (b > 2) return fail(where(rank, i) + ": " + role + " names an unknown buffer");
+    if (b > 2 && (!is_entry(r.where) || entry_index(r.where) >= group_[std::size_t(owner)].entry_bytes.size()))
+      return fail(where(rank, i) + ": " + role + " names an unknown buffer");
     const auto size = buffer_bytes(owner, r.where);
     if (r.offset > size || r.bytes > size - r.offset)
       return fail(where(rank, i) + ": " + role + " " + to_string(r) + " lies outside the " +

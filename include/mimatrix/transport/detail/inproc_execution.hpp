@@ -22,6 +22,7 @@
 #include "mimatrix/schedule/format.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/batch_call.hpp"
 #include "mimatrix/transport/detail/inproc_world.hpp"
 #include "mimatrix/transport/direct_collective.hpp"
 #include "mimatrix/transport/step_executor.hpp"
@@ -61,6 +62,38 @@ class inproc_execution final : public step_executor {
     start();
   }
 
+  /// A p2p batch (`call`) on host memory: enters its side of each pair-batch on the
+  /// board at once, and fails at once where a peer's side that is there differs.
+  /// `instance`: this rank's endpoint (inproc_world::open).
+  inproc_execution(std::shared_ptr<progress_engine> engine, inproc_world& world, int rank, std::uint64_t instance,
+                   std::shared_ptr<const schedule::schedule> plan, const batch_call& call,
+                   std::chrono::milliseconds timeout)
+      : step_executor(*engine, std::move(plan), call.sig, reduce::host_kernels_for(dtype::uint8, reduce::op_kind::sum),
+                      timeout, nullptr),
+        owner_(std::move(engine)),
+        world_(world),
+        rank_(rank),
+        call_(0),
+        sends_(std::make_unique<posted_send[]>(this->plan().steps.size())),
+        entries_(call.entries.begin(), call.entries.end()),
+        batch_(true) {
+    mem_.entries = entries_.data();
+    keys_.assign(std::size_t(world.size()), 0);
+    for (const auto& [peer, epoch] : call.epochs) {
+      keys_[std::size_t(peer)] = inproc_world::call_key(instance, epoch);
+      sides_.push_back({instance, rank, peer, epoch, call.sig.sequence});
+    }
+    for (const auto& s : sides_) {
+      auto f = world_.pairs().meet(s, schedule::p2p::manifest(call.ops, s.peer));
+      world_.notify(s.peer);
+      if (f) {
+        adopt(*f);
+        break;
+      }
+    }
+    start();
+  }
+
   ~inproc_execution() override { leave(); }
 
  private:
@@ -77,7 +110,8 @@ class inproc_execution final : public step_executor {
               : st.kind == schedule::step_kind::write ? posted_kind::write
                                                       : posted_kind::notify;
     ps.source = rank_;
-    ps.sequence = call_;
+    ps.sequence = key_for(st.peer);
+    ps.pair = batch_;
     ps.tag = st.tag;
     ps.data = st.kind == schedule::step_kind::notify ? nullptr : mem_.read(st.src);
     ps.bytes = st.kind == schedule::step_kind::notify ? 0 : st.src.bytes;
@@ -107,6 +141,11 @@ class inproc_execution final : public step_executor {
   /// Every rank's signature must be seen before success is reported, so that no rank
   /// finishes a call another rank got wrong.
   bool conclude() override {
+    if (batch_) {  // every step is done, so every peer entered its side
+      if (adopt_pair_failure()) return false;
+      for (const auto& s : sides_) world_.pairs().leave(s);
+      return true;
+    }
     if (auto f = world_.failed(call_)) return fail_from(f->code, f->message), false;
     if (!world_.missing(call_).empty()) return false;
     world_.leave(call_);
@@ -116,6 +155,10 @@ class inproc_execution final : public step_executor {
   /// Rounds without progress before the board is read: a peer is usually microseconds away.
   void stalled(int rounds) override {
     if (rounds < world_.spin_limit()) return;
+    if (batch_) {
+      adopt_pair_failure();
+      return;
+    }
     if (auto f = world_.failed(call_)) fail_from(f->code, f->message);
   }
 
@@ -126,6 +169,12 @@ class inproc_execution final : public step_executor {
   }
 
   std::string stall_detail() const override {
+    if (batch_) {
+      std::string absent;
+      for (const auto& s : sides_)
+        if (std::string m = world_.pairs().missing(s); !m.empty()) absent += "; " + m;
+      return absent;
+    }
     const std::string absent = world_.missing(call_);
     return absent.empty() ? std::string() : "; rank(s) " + absent + " never called " + to_string(sig());
   }
@@ -133,7 +182,14 @@ class inproc_execution final : public step_executor {
   /// Records the failure for the other ranks and takes back every send that a receiver
   /// has not claimed (waiting for one being read now).
   void on_failure(errc code, bool) override {
-    world_.fail(call_, {code, origin()});
+    if (batch_) {  // the batch fails as a whole: each of its peers' sides fails too
+      for (const auto& s : sides_) {
+        world_.pairs().fail(s, {code, origin()});
+        world_.notify(s.peer);
+      }
+    } else {
+      world_.fail(call_, {code, origin()});
+    }
     // What this rank holds and will not read now (a landing the device refused), before
     // it waits for its peers to let go of its own: they may be waiting likewise.
     for (posted_send*& held : held_)
@@ -144,7 +200,32 @@ class inproc_execution final : public step_executor {
         while (!ps.done.load(std::memory_order_acquire)) std::this_thread::yield();
     }
     in_flight_.clear();
-    world_.leave(call_);
+    if (batch_)
+      for (const auto& s : sides_) world_.pairs().leave(s);
+    else
+      world_.leave(call_);
+  }
+
+  // ---- p2p --------------------------------------------------------------------------
+
+  /// The key of this call's messages with `peer`: the call's, or its pair-batch's with it.
+  std::uint64_t key_for(int peer) const { return batch_ ? keys_[std::size_t(peer)] : call_; }
+
+  /// Ends the batch with a pair-batch's failure: a mismatch in this rank's words, another
+  /// rank's failure as theirs.
+  void adopt(const failure& f) {
+    if (f.own)
+      fail(f.code, f.message);
+    else
+      fail_from(f.code, f.message);
+  }
+  bool adopt_pair_failure() {
+    for (const auto& s : sides_)
+      if (auto f = world_.pairs().failed(s)) {
+        adopt(*f);
+        return true;
+      }
+    return false;
   }
 
   // ---- matching ---------------------------------------------------------------------
@@ -161,7 +242,8 @@ class inproc_execution final : public step_executor {
         posted_send* found = nullptr;
         for (std::size_t i = 0; i < box.posted.size(); ++i) {
           posted_send* ps = box.posted[i];
-          if (ps->kind == posted_kind::message && ps->source == st.peer && ps->sequence == call_ &&
+          if (ps->kind == posted_kind::message && ps->source == st.peer && ps->pair == batch_ &&
+              ps->sequence == key_for(st.peer) &&
               ps->tag == st.tag) {
             found = ps;
             box.posted[i] = box.posted.back();
@@ -179,8 +261,10 @@ class inproc_execution final : public step_executor {
     for (std::size_t m = 0; m < matched_.size(); ++m) {
       const auto [id, ps] = matched_[m];
       const schedule::step& st = step_at(id);
-      if (!(*ps->sig == sig()) || ps->bytes != st.dst.bytes) {
-        const std::string what = !(*ps->sig == sig())
+      // A batch's sides were compared on the pair board before either posted.
+      const bool other_call = !batch_ && !(*ps->sig == sig());
+      if (other_call || ps->bytes != st.dst.bytes) {
+        const std::string what = other_call
                                      ? "rank " + std::to_string(ps->source) + " sent for " + to_string(*ps->sig) +
                                            " but this rank runs " + to_string(sig())
                                      : "rank " + std::to_string(ps->source) + " sent " + std::to_string(ps->bytes) +
@@ -311,6 +395,11 @@ class inproc_execution final : public step_executor {
   std::vector<posted_send*> arrived_;  // writes being applied
   std::vector<posted_send*> held_;     // on device memory: sends whose data a copy still reads, by step
   std::optional<direct_collective> direct_;  // a GDRAA collective on device memory, as one pass a rank
+  // A p2p batch's: its buffer table, each peer's key (call_key of the pair epoch), its sides on the pair board.
+  std::vector<std::byte*> entries_;
+  bool batch_ = false;
+  std::vector<std::uint64_t> keys_;
+  std::vector<inproc_pair_board::side> sides_;
 };
 
 }  // namespace mimatrix::transport::detail

@@ -21,6 +21,7 @@
 #include "mimatrix/core/error.hpp"
 #include "mimatrix/schedule/schedule.hpp"
 #include "mimatrix/schedule/signature.hpp"
+#include "mimatrix/transport/detail/inproc_pair_board.hpp"
 #include "mimatrix/transport/progress.hpp"
 
 namespace mimatrix::transport::detail {
@@ -38,7 +39,8 @@ enum class posted_kind : std::uint8_t {
 struct posted_send {
   posted_kind kind = posted_kind::message;
   int source = -1;
-  std::uint64_t sequence = 0;
+  std::uint64_t sequence = 0;  // the call's key (inproc_world::call_key), or a p2p batch's with the target
+  bool pair = false;           // a p2p batch's message: `sequence` is call_key(instance, pair epoch)
   std::uint32_t tag = 0;
   const std::byte* data = nullptr;
   std::size_t bytes = 0;
@@ -47,12 +49,6 @@ struct posted_send {
   std::size_t out_bytes = 0;
   const signature* sig = nullptr;
   std::atomic<bool> done{false};
-};
-
-/// Why a call failed, as the first rank that saw it said it.
-struct failure {
-  errc code = errc::aborted;
-  std::string message;
 };
 
 /// @par Thread Safety
@@ -104,6 +100,9 @@ class inproc_world {
   }
   /// 2^44 calls a communicator, 2^20 communicators a world.
   static constexpr int sequence_bits = 44;
+
+  /// The p2p batches' pair board.
+  inproc_pair_board& pairs() { return pairs_; }
 
   /// Wakes `rank` if it waits for an event.
   void notify(int rank) {
@@ -240,6 +239,7 @@ class inproc_world {
   int spin_limit_ = 0;
   std::mutex board_mutex_;
   std::map<std::uint64_t, entry> board_;  // by call_key
+  inproc_pair_board pairs_;
   std::vector<std::uint64_t> opened_;     // by rank: endpoints opened (open())
   std::uint64_t id_ = next_id();
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mimatrix/core/error.hpp"
+#include "mimatrix/schedule/p2p.hpp"
 #include "mimatrix/transport/step_executor.hpp"
 
 namespace mimatrix::transport {
@@ -205,10 +206,10 @@ inline std::string step_executor::stuck_reason() const {
     } else if (st.kind == schedule::step_kind::recv || st.kind == schedule::step_kind::recv_reduce) {
       const std::string_view via = route(id);
       why = "waiting for data from rank " + std::to_string(st.peer) + " (" + kind + ", tag " +
-            std::to_string(st.tag) + (via.empty() ? "" : ", " + std::string(via)) + ")";
+            schedule::p2p::tag_text(sig_.kind, st.tag) + (via.empty() ? "" : ", " + std::string(via)) + ")";
     } else {
       why = "waiting for rank " + std::to_string(st.peer) + " to take a " + kind + " (tag " +
-            std::to_string(st.tag) + ")";
+            schedule::p2p::tag_text(sig_.kind, st.tag) + ")";
     }
   }
   if (const auto& queued = book_->queued; !queued.empty()) {

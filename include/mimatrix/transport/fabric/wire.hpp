@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -92,6 +93,7 @@ constexpr std::uint64_t count_mask = uneven_bit - 1;
 /// MIMATRIX_ALGO.)
 inline std::uint64_t pack(const signature& s, std::string_view algorithm, std::uint64_t agreement = 0) {
   static_assert(schedule::collective_kinds <= 8, "the packing holds a kind in 3 bits");
+  assert(s.kind != schedule::collective::p2p && "p2p batches are packed their own way (increment 2)");
   const std::uint16_t top = (schedule::has_root(s.kind)
                                  ? std::uint16_t(s.root)
                                  : std::uint16_t(algorithm_digest(algorithm) ^ agreement_digest(agreement))) ^
