@@ -110,7 +110,6 @@ class collective_buffers {
   [[nodiscard]] std::size_t send_count() const { return is_v_form(c_) ? layout_.send.total() : s_.send_count; }
   [[nodiscard]] std::size_t recv_count() const { return is_v_form(c_) ? layout_.recv.total() : s_.recv_count; }
 
-
   // The data of nccl-tests' InitData, mimatrix's closed forms (data.hpp): a reduction's and
   // a broadcast's input_value, a moved block's block_value (an allgather's as a gather to
   // 0); only the root's input where only the root reads it.
