@@ -67,6 +67,20 @@ if [[ -v bin[allreduce_perf] ]]; then
       -n 2 bash -c "exec ${bin[allreduce_perf]} -b 1K -e 1K -n 1 -w 0 -W 0 --algo \$( ((RANK)) && echo gdraa || echo ring)"
   fi
 fi
+if [[ -v bin[alltoallv_perf] ]]; then
+  # --skew: a number >= 0 for the v-forms, refused (not ignored) by the others, the same on
+  # every rank.
+  refuses alltoallv_perf "invalid value '-1' for --skew: expected a number from 0 to 1e6" --skew -1
+  refuses alltoallv_perf "invalid value '1x' for --skew: expected a number from 0 to 1e6" --skew 1x
+  if [[ -v bin[allreduce_perf] ]]; then
+    refuses allreduce_perf "--skew 1: allreduce has even blocks (the v-forms, alltoallv and allgatherv, take it)" \
+      --ranks 2 --skew 1 -b 8 -e 8 -n 1 -W 0
+  fi
+  if [[ -v bin[mimatrix-run] ]]; then
+    refuses mimatrix-run "rank 1 was given --skew 1, rank 0 --skew 0: every rank must be given the same flags" \
+      -n 2 bash -c "exec ${bin[alltoallv_perf]} -b 1K -e 1K -n 1 -w 0 -W 0 --skew \$RANK"
+  fi
+fi
 if [[ -v bin[gather_perf] ]]; then
   # A root outside the group, refused by every rank alike before any call (reduce, gather
   # and scatter have roots as broadcast has).

@@ -1,5 +1,6 @@
 // Gloo baselines: gloo::allreduce (ring unless --algo bcube), gloo::reduce, gloo::gather,
-// gloo::scatter or gloo::alltoall over Gloo's tcp transport, through the perf harness. One
+// gloo::scatter, gloo::alltoall, gloo::allgatherv or gloo::alltoallv (the v-forms' blocks
+// --skew's, splits.hpp) over Gloo's tcp transport, through the perf harness. One
 // program a collective, gloo_<collective>_perf, which MIMATRIX_PERF_COLLECTIVE names
 // (CMakeLists.txt). One process a rank: RANK / WORLD_SIZE (or OMPI_COMM_WORLD_RANK / _SIZE),
 // rendezvous in a FileStore directory: GLOO_STORE_DIR, else /tmp/mimatrix-gloo-<MASTER_PORT>.
@@ -8,6 +9,12 @@
 
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
+// The v-forms where this Gloo has them (CMakeLists.txt builds their programs only there).
+#if __has_include(<gloo/allgatherv.h>) && __has_include(<gloo/alltoallv.h>)
+#include <gloo/allgatherv.h>
+#include <gloo/alltoallv.h>
+#define MIMATRIX_GLOO_V_FORMS 1
+#endif
 #include <gloo/barrier.h>
 #include <gloo/gather.h>
 #include <gloo/math.h>
@@ -41,8 +48,9 @@ namespace {
 constexpr perf::collective this_collective = perf::collective::MIMATRIX_PERF_COLLECTIVE;
 static_assert(this_collective == perf::collective::allreduce || this_collective == perf::collective::reduce ||
                   this_collective == perf::collective::gather || this_collective == perf::collective::scatter ||
-                  this_collective == perf::collective::alltoall,
-              "Gloo baselines: allreduce, reduce, gather, scatter and alltoall");
+                  this_collective == perf::collective::alltoall || this_collective == perf::collective::allgatherv ||
+                  this_collective == perf::collective::alltoallv,
+              "Gloo baselines: allreduce, reduce, gather, scatter, alltoall, allgatherv and alltoallv");
 
 using reduce_fn = gloo::AllreduceOptions::Func;
 
@@ -166,13 +174,31 @@ class gloo_runner {
       opts->setRoot(o_.root);
       opts->setTag(0);
       return [opts] { gloo::scatter(*opts); };
-    } else {
+    } else if constexpr (this_collective == perf::collective::alltoall) {
       auto opts = std::make_shared<gloo::AlltoallOptions>(ctx_);
       opts->setInput(in, blocks);
       opts->setOutput(out, blocks);
       opts->setTag(0);
       return [opts] { gloo::alltoall(*opts); };
     }
+#ifdef MIMATRIX_GLOO_V_FORMS
+    else if constexpr (this_collective == perf::collective::allgatherv) {
+      perf::blocks const& all = buffers_.layout().recv;  // back to back, as Gloo lays them
+      auto opts = std::make_shared<gloo::AllgathervOptions>(ctx_);
+      if (!in_place) opts->setInput(in, buffers_.layout().send.counts[0]);  // none: in place
+      opts->setOutput(out, all.counts);
+      opts->setTag(0);
+      return [opts] { gloo::allgatherv(*opts); };
+    } else {
+      auto const counts = [](perf::blocks const& b) { return std::vector<std::int64_t>(b.counts.begin(), b.counts.end()); };
+      auto opts = std::make_shared<gloo::AlltoallvOptions>(ctx_);
+      opts->setInput(in, counts(buffers_.layout().send));
+      opts->setOutput(out, counts(buffers_.layout().recv));
+      opts->setTag(0);
+      return [opts] { gloo::alltoallv(*opts); };
+    }
+#endif
+    return {};
   }
 
   perf::options const& o_;

@@ -1,7 +1,8 @@
-// OpenMPI baselines: MPI_Allreduce, MPI_Reduce, MPI_Allgather, MPI_Gather, MPI_Scatter or
-// MPI_Alltoall (MPI_IN_PLACE for the in-place column) through the perf harness, so that each
-// table lines up with mimatrix's <collective>_perf column for column. One program a
-// collective, mpi_<collective>_perf, which MIMATRIX_PERF_COLLECTIVE names (CMakeLists.txt).
+// OpenMPI baselines: MPI_Allreduce, MPI_Reduce, MPI_Allgather, MPI_Gather, MPI_Scatter,
+// MPI_Alltoall, MPI_Allgatherv or MPI_Alltoallv (MPI_IN_PLACE for the in-place column)
+// through the perf harness, so that each table lines up with mimatrix's <collective>_perf
+// column for column (the v-forms' blocks --skew's, splits.hpp). One program a collective,
+// mpi_<collective>_perf, which MIMATRIX_PERF_COLLECTIVE names (CMakeLists.txt).
 #include "buffers.hpp"
 #include "driver.hpp"
 
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace perf = mimatrix::perf;
 
@@ -28,6 +30,8 @@ char const* mpi_function(perf::collective c) {
     case perf::collective::gather: return "MPI_Gather";
     case perf::collective::scatter: return "MPI_Scatter";
     case perf::collective::alltoall: return "MPI_Alltoall";
+    case perf::collective::allgatherv: return "MPI_Allgatherv";
+    case perf::collective::alltoallv: return "MPI_Alltoallv";
     case perf::collective::reduce_scatter:
     case perf::collective::broadcast: return nullptr;
   }
@@ -80,7 +84,13 @@ class mpi_runner {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  void prepare(perf::shape const& s, bool in_place) { buffers_.prepare(s, in_place); }
+  void prepare(perf::shape const& s, bool in_place) {
+    buffers_.prepare(s, in_place);
+    if (perf::is_v_form(this_collective)) {  // MPI's int counts, made outside the timed calls
+      send_ = ints(buffers_.layout().send);
+      recv_ = ints(buffers_.layout().recv);
+    }
+  }
 
   void run() {
     int const n = static_cast<int>(buffers_.count());
@@ -98,6 +108,13 @@ class mpi_runner {
       case perf::collective::gather: MPI_Gather(send, n, type_, out, n, type_, o_.root, w); return;
       case perf::collective::scatter: MPI_Scatter(in, n, type_, here ? MPI_IN_PLACE : out, n, type_, o_.root, w); return;
       case perf::collective::alltoall: MPI_Alltoall(in, n, type_, out, n, type_, w); return;
+      case perf::collective::allgatherv:
+        MPI_Allgatherv(send, send_.counts[0], type_, out, recv_.counts.data(), recv_.displs.data(), type_, w);
+        return;
+      case perf::collective::alltoallv:
+        MPI_Alltoallv(in, send_.counts.data(), send_.displs.data(), type_, out, recv_.counts.data(),
+                      recv_.displs.data(), type_, w);
+        return;
       case perf::collective::reduce_scatter:
       case perf::collective::broadcast: return;  // not built (mpi_function)
     }
@@ -114,11 +131,19 @@ class mpi_runner {
   }
 
  private:
+  struct int_blocks {
+    std::vector<int> counts, displs;
+  };
+  static int_blocks ints(perf::blocks const& b) {
+    return {std::vector<int>(b.counts.begin(), b.counts.end()), std::vector<int>(b.displs.begin(), b.displs.end())};
+  }
+
   perf::options const& o_;
   MPI_Datatype type_;
   MPI_Op op_;
   int rank_ = world_rank(), size_ = world_size();
   perf::collective_buffers buffers_;
+  int_blocks send_, recv_;  // a v-form's
 };
 static_assert(perf::runner<mpi_runner>);
 

@@ -38,6 +38,7 @@ struct options {
   std::string algo;
   bool persistent = false;  // --persistent 1: calls started as persistent ones (MPI_Start)
   std::string device;  // -G: buffers in device memory of this port ("host", "cuda"); empty: host memory
+  double skew = 0;  // --skew: the v-forms' uneven blocks (splits.hpp); 0: even
   std::vector<std::string> argv;  // the command line as given, for the JSON report
 };
 
@@ -101,6 +102,8 @@ inline void print_usage(std::FILE* f, std::string_view program) {
       "  --persistent <0/1> start each size's calls as one persistent call (MPI_Start)  (0)\n"
       "  -G,--device <host|cuda>  buffers in device memory, calls on a stream: the CUDA port\n"
       "                     (built with nvcc), or the host port that stands in for it\n"
+      "  --skew <S>         alltoallv, allgatherv: block i->j in proportion to 1 + S*((7i+3j)%%5)/4,\n"
+      "                     a rank's blocks summing to the size  (0: even blocks)\n"
       "  -h,--help\n",
       static_cast<int>(program.size()), program.data());
 }
@@ -122,7 +125,7 @@ inline constexpr flag flags[] = {
     {'b', "minbytes"}, {'e', "maxbytes"}, {'i', "stepbytes"}, {'f', "stepfactor"}, {'n', "iters"},
     {'w', "warmup_iters"}, {'c', "check"}, {'d', "datatype"}, {'o', "op"}, {'r', "root"},
     {'a', "average"}, {'z', "blocking"}, {'J', "output_file"}, {'t', "nthreads"}, {'g', "ngpus"},
-    {'R', "ranks"}, {'P', "provider"}, {'A', "algo"},  // long-only: their letters are internal keys
+    {'R', "ranks"}, {'P', "provider"}, {'A', "algo"}, {'K', "skew"},  // long-only: their letters are internal keys
     {'G', "device"}, {'W', "warmup_ms"}, {'S', "persistent"},
 };
 
@@ -180,6 +183,14 @@ inline std::string apply(options& o, char key, std::string_view name, std::strin
     case 'P': o.provider = v; return {};
     case 'A': o.algo = v; return {};
     case 'S': if (!as_int(0, 1, n)) return bad("0 or 1"); o.persistent = n != 0; return {};
+    case 'K': {
+      std::string const str(v);
+      char* end = nullptr;
+      double const x = std::strtod(str.c_str(), &end);
+      if (end == str.c_str() || *end != '\0' || !(x >= 0 && x <= 1e6)) return bad("a number from 0 to 1e6");
+      o.skew = x;
+      return {};
+    }
     case 'G':
       if (v != "host" && v != "cuda") return bad("host or cuda");
       o.device = v;
@@ -208,7 +219,7 @@ inline parse_result parse(std::vector<std::string_view> const& args) {
       for (auto const& fl : detail::flags) if (fl.long_name == name) f = &fl;
     } else if (a.size() >= 2 && a[0] == '-') {
       char const c = a[1];
-      if (c != 'R' && c != 'P' && c != 'A')
+      if (c != 'R' && c != 'P' && c != 'A' && c != 'K')
         for (auto const& fl : detail::flags) if (fl.short_name == c) f = &fl;
       if (a.size() > 2) inline_value = a.substr(2);
     }

@@ -1,11 +1,13 @@
-// One rank's buffers for any of the eight collectives, laid out, filled and checked the way
-// nccl-tests does it, so that mimatrix's runner and the baselines' share one definition.
+// One rank's buffers for any of the eight collectives and the two v-forms, laid out, filled
+// and checked the way nccl-tests does it, so that mimatrix's runner and the baselines' share
+// one definition.
 #pragma once
 
 #include "args.hpp"
 #include "data.hpp"
 #include "datatype.hpp"
 #include "report.hpp"
+#include "splits.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -20,10 +22,12 @@ namespace mimatrix::perf {
 /// the output, a reduce-scatter's and a scatter's output is block `rank` of the input, and
 /// the others' input is their output. Every rank has both buffers, the roots' or not (as
 /// nccl-tests allocates them); a rank's part that the call does not use stays unread.
+/// A v-form's blocks are layout()'s (splits.hpp, --skew), in place an allgatherv's input
+/// its block of the output.
 class collective_buffers {
  public:
   collective_buffers(collective c, options const& o, int rank, int nranks)
-      : c_(c), type_(o.type), op_(o.op), root_(o.root), rank_(rank), nranks_(nranks) {}
+      : c_(c), type_(o.type), op_(o.op), root_(o.root), rank_(rank), nranks_(nranks), skew_(o.skew) {}
 
   /// Buffers for `s`, kept across calls while large enough (no page faults inside the
   /// timing), the input filled with the data that makes every result known and the output
@@ -31,12 +35,13 @@ class collective_buffers {
   void prepare(shape const& s, bool in_place) {
     s_ = s;
     in_place_ = in_place;
-    std::size_t const es = size_of(type_);
-    if (in_.size() < s.send_count * es) in_.resize(s.send_count * es);
-    if (out_.size() < s.recv_count * es) out_.resize(s.recv_count * es);
+    if (is_v_form(c_)) layout_ = layout_of(c_, s.count * static_cast<std::size_t>(nranks_), nranks_, rank_, skew_);
+    std::size_t const es = size_of(type_), sends = send_count(), receives = recv_count();
+    if (in_.size() < sends * es) in_.resize(sends * es);
+    if (out_.size() < receives * es) out_.resize(receives * es);
     // In place the sentinel goes first: the input then overwrites its part of the one buffer.
-    if (in_place) bytes::fill_sentinel(type_, one(in_.data(), out_.data()), std::max(s.send_count, s.recv_count));
-    else bytes::fill_sentinel(type_, output(), s.recv_count);
+    if (in_place) bytes::fill_sentinel(type_, one(in_.data(), out_.data()), std::max(sends, receives));
+    else bytes::fill_sentinel(type_, output(), receives);
     fill_input(input());
   }
 
@@ -57,12 +62,15 @@ class collective_buffers {
 
   [[nodiscard]] std::size_t count() const { return s_.count; }
   [[nodiscard]] bool in_place() const { return in_place_; }
+  /// A v-form's blocks on this rank (empty for the others).
+  [[nodiscard]] block_layout const& layout() const { return layout_; }
 
   /// This rank's wrong output elements after the last call (0 where it has no output).
   [[nodiscard]] std::size_t check() {
     void const* out = output();
     std::size_t const n = s_.count, ranks = static_cast<std::size_t>(nranks_);
     int const rank = rank_, root = root_;
+    auto const received = [this](std::size_t b) { return layout_.recv.extent(b); };
     switch (c_) {
       case collective::allreduce: return bytes::check_allreduce(type_, out, n, op_, nranks_);
       case collective::reduce_scatter: return bytes::check_reduce_scatter(type_, out, n, op_, nranks_, rank);
@@ -77,18 +85,30 @@ class collective_buffers {
         return bytes::check_blocks(type_, out, n, 1, [&](std::size_t) { return std::pair{root, rank}; });
       case collective::alltoall:
         return bytes::check_blocks(type_, out, n, ranks, [&](std::size_t b) { return std::pair{int(b), rank}; });
+      case collective::allgatherv:
+        return bytes::check_blocks_at(type_, out, ranks, received, [](std::size_t b) { return std::pair{int(b), 0}; });
+      case collective::alltoallv:
+        return bytes::check_blocks_at(type_, out, ranks, received, [&](std::size_t b) { return std::pair{int(b), rank}; });
     }
     return 0;
   }
 
  private:
   // In place, the one buffer: the output where it is the larger, else the input.
-  [[nodiscard]] bool gathers() const { return c_ == collective::allgather || c_ == collective::gather; }
+  [[nodiscard]] bool gathers() const {
+    return c_ == collective::allgather || c_ == collective::gather || c_ == collective::allgatherv;
+  }
   [[nodiscard]] std::byte* one(std::byte* in, std::byte* out) const { return gathers() ? out : in; }
 
   [[nodiscard]] std::size_t in_place_offset(bool at_block) const {
-    return at_block ? s_.count * size_of(type_) * static_cast<std::size_t>(rank_) : 0;
+    if (!at_block) return 0;
+    auto const r = static_cast<std::size_t>(rank_);
+    return (is_v_form(c_) ? layout_.recv.displs[r] : s_.count * r) * size_of(type_);
   }
+
+  // Elements the buffers hold: a v-form's by its layout.
+  [[nodiscard]] std::size_t send_count() const { return is_v_form(c_) ? layout_.send.total() : s_.send_count; }
+  [[nodiscard]] std::size_t recv_count() const { return is_v_form(c_) ? layout_.recv.total() : s_.recv_count; }
 
   // The data of nccl-tests' InitData, mimatrix's closed forms (data.hpp): a reduction's and
   // a broadcast's input_value, a moved block's block_value (an allgather's as a gather to
@@ -96,6 +116,7 @@ class collective_buffers {
   void fill_input(std::byte* in) {
     std::size_t const n = s_.count, ranks = static_cast<std::size_t>(nranks_);
     int const rank = rank_, root = root_;
+    auto const sent = [this](std::size_t b) { return layout_.send.extent(b); };
     switch (c_) {
       case collective::allreduce:
       case collective::reduce_scatter:
@@ -112,6 +133,12 @@ class collective_buffers {
       case collective::alltoall:
         bytes::fill_blocks(type_, in, n, ranks, [&](std::size_t b) { return std::pair{rank, int(b)}; });
         return;
+      case collective::allgatherv:
+        bytes::fill_blocks_at(type_, in, 1, sent, [&](std::size_t) { return std::pair{rank, 0}; });
+        return;
+      case collective::alltoallv:
+        bytes::fill_blocks_at(type_, in, ranks, sent, [&](std::size_t b) { return std::pair{rank, int(b)}; });
+        return;
     }
   }
 
@@ -119,7 +146,9 @@ class collective_buffers {
   dtype type_;
   redop op_;
   int root_, rank_, nranks_;
+  double skew_;
   shape s_{};
+  block_layout layout_;
   bool in_place_ = false;
   std::vector<std::byte> in_, out_;
 };

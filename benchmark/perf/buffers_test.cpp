@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,10 +19,20 @@ namespace {
 void reference(collective c, std::vector<collective_buffers>& ranks, shape const& s, dtype t, int root, bool wrong) {
   int const n = static_cast<int>(ranks.size());
   std::size_t const block = s.count * size_of(t);
+  std::size_t const es = size_of(t);
   std::vector<std::vector<std::byte>> in(ranks.size());
-  for (int r = 0; r < n; ++r) in[r].assign(ranks[r].input(), ranks[r].input() + s.send_count * size_of(t));
+  for (int r = 0; r < n; ++r) {
+    std::size_t const sent = is_v_form(c) ? ranks[r].layout().send.total() : s.send_count;
+    in[r].assign(ranks[r].input(), ranks[r].input() + sent * es);
+  }
   auto const copy = [&](std::byte* to, int from, std::size_t at) {
     if (block) std::memcpy(to, in[from].data() + at * block, block);
+  };
+  // A v-form's block: `count` elements from `from`'s input at element `at`, as many as it holds.
+  auto const copy_v = [&](std::byte* to, int from, std::size_t at, std::size_t count) {
+    std::size_t const held = in[from].size() / es;
+    count = at < held ? std::min(count, held - at) : 0;
+    if (count) std::memcpy(to, in[from].data() + at * es, count * es);
   };
   auto const other = [&](int r) { return wrong ? (r + 1) % n : r; };
   for (int r = 0; r < n; ++r) {
@@ -52,14 +63,30 @@ void reference(collective c, std::vector<collective_buffers>& ranks, shape const
       case collective::alltoall:
         for (int j = 0; j < n; ++j) copy(out + std::size_t(j) * block, j, std::size_t(other(r)));
         break;
+      case collective::allgatherv: {
+        blocks const& got = ranks[r].layout().recv;
+        for (std::size_t j = 0; j < got.counts.size(); ++j)
+          copy_v(out + got.displs[j] * es, other(int(j)), 0, got.counts[j]);
+        break;
+      }
+      case collective::alltoallv: {
+        blocks const& got = ranks[r].layout().recv;
+        for (std::size_t j = 0; j < got.counts.size(); ++j) {
+          auto const from = static_cast<std::size_t>(other(r));  // block `from` of rank j's input
+          copy_v(out + got.displs[j] * es, int(j), ranks[j].layout().send.displs[from], got.counts[j]);
+        }
+        break;
+      }
     }
   }
 }
 
-std::size_t wrong_after(collective c, int n, std::size_t bytes, dtype t, int root, bool in_place, bool wrong) {
+std::size_t wrong_after(collective c, int n, std::size_t bytes, dtype t, int root, bool in_place, bool wrong,
+                        double skew = 0) {
   options o;
   o.type = t;
   o.root = root;
+  o.skew = skew;
   std::vector<collective_buffers> ranks;
   for (int r = 0; r < n; ++r) ranks.emplace_back(c, o, r, n);
   shape const s = shape_of(c, bytes, size_of(t), n);
@@ -87,6 +114,50 @@ TEST(collective_buffers, right_results_check_and_misplaced_blocks_count) {
                 EXPECT_GT(wrong_after(c, n, bytes, t, root, in_place, true), 0u) << where;
               }
             }
+}
+
+// The v-forms at even and uneven splits (--skew): a block from the wrong rank, of another
+// rank's size or at another place counts.
+TEST(collective_buffers, v_forms_check_and_misplaced_blocks_count) {
+  for (collective c : {collective::allgatherv, collective::alltoallv})
+    for (int n : {1, 2, 3, 5})
+      for (std::size_t bytes : {0ul, 8ul, 64ul, 4096ul, 4100ul})
+        for (double skew : {0.0, 1.0, 3.5})
+          for (dtype t : {dtype::float32, dtype::int8})
+            for (bool in_place : {false, true}) {
+              if (in_place && !has_in_place(c)) continue;
+              std::string const where = std::string(name(c)) + " of " + std::to_string(n) + " ranks, " +
+                                        std::to_string(bytes) + " B of " + std::string(name(t)) + ", skew " +
+                                        std::to_string(skew) + (in_place ? ", in place" : "");
+              EXPECT_EQ(wrong_after(c, n, bytes, t, 0, in_place, false, skew), 0u) << where;
+              if (n > 1 && shape_of(c, bytes, size_of(t), n).count > 0) {
+                EXPECT_GT(wrong_after(c, n, bytes, t, 0, in_place, true, skew), 0u) << where;
+              }
+            }
+}
+
+// Each rank's splits sum to the size column's elements, skew 0 splits evenly, and what rank
+// i sends rank j is what j expects from i.
+TEST(collective_buffers, v_form_splits) {
+  EXPECT_EQ(split(12, 3, 0, 0), (std::vector<std::size_t>{4, 4, 4}));
+  EXPECT_EQ(split(8, 2, 0, 1), (std::vector<std::size_t>{3, 5}));  // weights 1 and 1.75
+  for (int n : {1, 2, 3, 7})
+    for (std::size_t total : {0ul, 1ul, 5ul, 1000ul, 1ul << 22})
+      for (double skew : {0.0, 1.0, 4.0}) {
+        for (int i = 0; i < n; ++i) {
+          block_layout const a = layout_of(collective::alltoallv, total, n, i, skew);
+          EXPECT_EQ(a.send.total(), total);
+          for (int j = 0; j < n; ++j)
+            EXPECT_EQ(a.send.counts[std::size_t(j)],
+                      layout_of(collective::alltoallv, total, n, j, skew).recv.counts[std::size_t(i)]);
+          block_layout const g = layout_of(collective::allgatherv, total, n, i, skew);
+          EXPECT_EQ(g.recv.total(), total);
+          EXPECT_EQ(g.send.total(), g.recv.counts[std::size_t(i)]);
+        }
+      }
+  EXPECT_TRUE(is_v_form(collective::alltoallv) && is_v_form(collective::allgatherv) && !is_v_form(collective::alltoall));
+  EXPECT_FALSE(has_in_place(collective::alltoallv));
+  EXPECT_TRUE(has_in_place(collective::allgatherv));
 }
 
 TEST(collective_buffers, nccl_tests_sizes_and_bus_factors) {

@@ -1,7 +1,7 @@
 // mimatrix's nccl-tests-style benchmarks over transport::fabric: one runner for the eight
-// collectives through the runtime-typed entry (collectives.hpp): the collective, the type,
-// the operation and the algorithm (--algo) are values, as a framework has them. Compiled
-// once for the eight programs (a unit took 7 s in each).
+// collectives and the v-forms alltoallv and allgatherv through the runtime-typed entry
+// (collectives.hpp): the collective, the type, the operation and the algorithm (--algo) are
+// values, as a framework has them. Compiled once for the ten programs (a unit took 7 s in each).
 // `--ranks N` without a launcher's environment starts N local ranks of this same program.
 // `-G host|cuda` runs the calls on device buffers, ordered on a stream (NCCL's way); the
 // sweep fills and checks host copies of them, outside the timed calls.
@@ -53,11 +53,11 @@ std::optional<mimatrix::dtype> to_mimatrix(dtype t) {
 
 /// One collective call over byte buffers through the runtime-typed entry, on the
 /// topology the algorithm needs; in place, `in` and `out` lie in one buffer
-/// (collective_buffers).
+/// (collective_buffers). A v-form's blocks are `layout`'s, which follows from `count`.
 class call {
  public:
   virtual ~call() = default;
-  virtual void run(const std::byte* in, std::byte* out, std::size_t count, int root) = 0;
+  virtual void run(const std::byte* in, std::byte* out, std::size_t count, int root, const block_layout& layout) = 0;
   /// --persistent 1: each size's calls start one persistent call (MPI_Start) rather than
   /// fresh ones.
   void persist(bool on) { persistent_ = on; }
@@ -80,11 +80,11 @@ class runtime_call final : public call {
         op_(static_cast<reduce::op_kind>(op)),
         options_{algo == "auto" ? std::string() : algo, std::nullopt, stream} {}
 
-  void run(const std::byte* in, std::byte* out, std::size_t count, int root) override {
+  void run(const std::byte* in, std::byte* out, std::size_t count, int root, const block_layout& layout) override {
     if (persistent_) {
       const prepared_key key{in, out, count, root};
       if (!prepared_.valid() || !(key == key_)) {
-        prepared_ = prepare(in, out, count, root);
+        prepared_ = prepare(in, out, count, root, layout);
         key_ = key;
       }
       prepared_.start().wait();
@@ -100,12 +100,19 @@ class runtime_call final : public call {
       case collective::gather: pending = coll_.gather(in, out, count, type_, root, options_); break;
       case collective::scatter: pending = coll_.scatter(in, out, count, type_, root, options_); break;
       case collective::alltoall: pending = coll_.alltoall(in, out, count, type_, options_); break;
+      case collective::allgatherv:
+        pending = coll_.allgatherv(in, layout.send.counts[0], out, layout.recv.counts, layout.recv.displs, type_, options_);
+        break;
+      case collective::alltoallv:
+        pending = coll_.alltoallv(in, layout.send.counts, layout.send.displs, out, layout.recv.counts, layout.recv.displs,
+                                  type_, options_);
+        break;
     }
     pending.wait();
   }
 
  private:
-  persistent prepare(const std::byte* in, std::byte* out, std::size_t count, int root) {
+  persistent prepare(const std::byte* in, std::byte* out, std::size_t count, int root, const block_layout& layout) {
     switch (c_) {
       case collective::allreduce: return coll_.allreduce_init(in, out, count, type_, op_, options_);
       case collective::reduce_scatter: return coll_.reduce_scatter_init(in, out, count, type_, op_, options_);
@@ -115,6 +122,11 @@ class runtime_call final : public call {
       case collective::gather: return coll_.gather_init(in, out, count, type_, root, options_);
       case collective::scatter: return coll_.scatter_init(in, out, count, type_, root, options_);
       case collective::alltoall: return coll_.alltoall_init(in, out, count, type_, options_);
+      case collective::allgatherv:
+        return coll_.allgatherv_init(in, layout.send.counts[0], out, layout.recv.counts, layout.recv.displs, type_, options_);
+      case collective::alltoallv:
+        return coll_.alltoallv_init(in, layout.send.counts, layout.send.displs, out, layout.recv.counts,
+                                    layout.recv.displs, type_, options_);
     }
     return {};
   }
@@ -266,7 +278,7 @@ class fabric_runner {
   void run() {
     std::byte* in = device_ ? device_->in() : buffers_.in_storage().data();
     std::byte* out = device_ ? device_->out() : buffers_.out_storage().data();
-    call_->run(buffers_.input(in, out), buffers_.output(in, out), buffers_.count(), o_.root);
+    call_->run(buffers_.input(in, out), buffers_.output(in, out), buffers_.count(), o_.root, buffers_.layout());
   }
 
   std::size_t check() {
@@ -308,7 +320,8 @@ int collective_main(collective c, int argc, char** argv, const char* program) {
     std::fprintf(stderr,
                  "%s: --algo %s: these programs run ring, recursive_doubling, halving_doubling, gdraa (on a mesh), "
                  "hdrm (on a BiGraph), linear, binomial (reduce, gather, scatter), rabenseifner (reduce), pairwise, bruck "
-                 "(alltoall) or automatic (the hierarchical algorithm needs a typed topology of servers)\n",
+                 "(alltoall) or automatic (the hierarchical algorithm needs a typed topology of servers); the v-forms run "
+                 "linear (allgatherv) or pairwise (alltoallv)\n",
                  program, o.algo.c_str());
     return 2;
   }

@@ -1,5 +1,5 @@
 // main() of mimatrix's <collective>_perf programs (collective_perf.cpp, compiled once for
-// the eight): nccl-tests' flags and columns, over transport::fabric.
+// the ten): nccl-tests' flags and columns, over transport::fabric.
 #pragma once
 
 #include "report.hpp"

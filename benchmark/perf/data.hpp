@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 namespace mimatrix::perf {
 
@@ -164,29 +165,46 @@ inline std::size_t check_reduce(dtype t, void const* out, std::size_t count, red
   return rank == root ? check_allreduce(t, out, count, op, nranks) : 0;
 }
 
-// `blocks` blocks of `count` elements, block b holding block_value(ends(b).first,
-// ends(b).second, i): an allgather's or gather's input (one block), a scatter's on the
-// root, an alltoall's.
-template <class Ends>
-void fill_blocks(dtype t, void* buf, std::size_t count, std::size_t blocks, Ends ends) {
+// `blocks` blocks, block b of extent(b) = {offset, count} elements holding
+// block_value(ends(b).first, ends(b).second, i): a v-form's blocks (splits.hpp).
+template <class Extent, class Ends>
+void fill_blocks_at(dtype t, void* buf, std::size_t blocks, Extent extent, Ends ends) {
   visit(t, [&]<class T>(type_tag<T>) {
-    std::span<T> const s = as<T>(buf, count * blocks);
     for (std::size_t b = 0; b < blocks; ++b) {
+      auto const [at, count] = extent(b);
       auto const [from, to] = ends(b);
-      for (std::size_t i = 0; i < count; ++i) s[b * count + i] = block_value<T>(from, to, i);
+      std::span<T> const s = as<T>(static_cast<T*>(buf) + at, count);
+      for (std::size_t i = 0; i < count; ++i) s[i] = block_value<T>(from, to, i);
     }
   });
+}
+
+// Wrong elements of blocks filled as fill_blocks_at fills them.
+template <class Extent, class Ends>
+std::size_t check_blocks_at(dtype t, void const* out, std::size_t blocks, Extent extent, Ends ends) {
+  return visit(t, [&]<class T>(type_tag<T>) {
+    std::size_t wrong = 0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      auto const [at, count] = extent(b);
+      auto const [from, to] = ends(b);
+      wrong += count_wrong<T>(as<T>(static_cast<T const*>(out) + at, count), redop::sum,
+                              [&](std::size_t i) { return block_value<T>(from, to, i); });
+    }
+    return wrong;
+  });
+}
+
+// `blocks` blocks of `count` elements back to back, as fill_blocks_at fills them: an
+// allgather's or gather's input (one block), a scatter's on the root, an alltoall's.
+template <class Ends>
+void fill_blocks(dtype t, void* buf, std::size_t count, std::size_t blocks, Ends ends) {
+  fill_blocks_at(t, buf, blocks, [count](std::size_t b) { return std::pair{b * count, count}; }, ends);
 }
 
 // Wrong elements of `blocks` blocks filled as fill_blocks fills them.
 template <class Ends>
 std::size_t check_blocks(dtype t, void const* out, std::size_t count, std::size_t blocks, Ends ends) {
-  return visit(t, [&]<class T>(type_tag<T>) {
-    return count_wrong<T>(as<T>(out, count * blocks), redop::sum, [&](std::size_t k) {
-      auto const [from, to] = ends(k / count);  // k < count * blocks: count > 0 here
-      return block_value<T>(from, to, k % count);
-    });
-  });
+  return check_blocks_at(t, out, blocks, [count](std::size_t b) { return std::pair{b * count, count}; }, ends);
 }
 
 }  // namespace bytes

@@ -184,12 +184,17 @@ inline std::vector<shared_flag> shared_flags(options const& o) {
   auto const type = [](double v) { return std::string(name(static_cast<dtype>(static_cast<int>(v)))); };
   auto const op = [](double v) { return std::string(name(static_cast<redop>(static_cast<int>(v)))); };
   auto const n = [](auto v) { return static_cast<double>(v); };
+  auto const real = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
   return {{"-b", n(o.min_bytes), number},  {"-e", n(o.max_bytes), number},   {"-i", n(o.step_bytes), number},
           {"-f", n(o.step_factor), number}, {"-n", n(o.iters), number},       {"-w", n(o.warmup_iters), number},
           {"-W", n(o.warmup_ms), number},   {"-c", n(o.check), number},       {"-d", n(int(o.type)), type},
           {"-o", n(int(o.op)), op},          {"-r", n(o.root), number},        {"-a", n(int(o.average)), number},
           {"--algo", n(digest(o.algo)), nullptr, o.algo}, {"-G", n(digest(o.device)), nullptr, o.device},
-          {"--provider", n(digest(o.provider)), nullptr, o.provider}};
+          {"--provider", n(digest(o.provider)), nullptr, o.provider}, {"--skew", o.skew, real}};
 }
 
 /// Whether every rank was given the same flags; rank 0 names the first that differs, with
@@ -250,6 +255,13 @@ sweep_result run_sweep(R& r, options const& o, run_info info, std::FILE* out = s
   sweep_result result;
   result.bad_arguments = !detail::flags_agree(r, o, info.program);
   if (result.bad_arguments) return result;
+  if (o.skew > 0 && !is_v_form(info.coll)) {  // the same flags for every program: refused, not ignored
+    if (printer)
+      std::fprintf(stderr, "%s: --skew %g: %s has even blocks (the v-forms, alltoallv and allgatherv, take it)\n",
+                   info.program.c_str(), o.skew, std::string(name(info.coll)).c_str());
+    result.bad_arguments = true;
+    return result;
+  }
   if (has_root(info.coll) && (o.root < 0 || o.root >= info.nranks)) {
     if (printer) std::fprintf(stderr, "%s: root %d is not a rank of %d\n", info.program.c_str(), o.root, info.nranks);
     result.bad_arguments = true;

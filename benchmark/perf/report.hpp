@@ -16,14 +16,20 @@
 
 namespace mimatrix::perf {
 
-enum class collective { allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, alltoall };
+enum class collective {
+  allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, alltoall,
+  allgatherv, alltoallv
+};
+
+// The v-forms, whose blocks differ per rank (--skew, splits.hpp).
+inline bool is_v_form(collective c) { return c == collective::allgatherv || c == collective::alltoallv; }
 
 // Sizes of one sweep step the way nccl-tests derives them from the requested bytes.
 struct shape {
   std::size_t count = 0;        // per-rank parameter count handed to the collective call
   std::size_t bytes = 0;        // the "size" column: max(send, receive) bytes of a rank
   std::size_t send_count = 0;   // elements a rank sends
-  std::size_t recv_count = 0;   // elements a rank receives
+  std::size_t recv_count = 0;   // elements a rank receives (a v-form's: with even blocks)
 };
 
 inline shape shape_of(collective c, std::size_t requested_bytes, std::size_t type_size, int nranks) {
@@ -35,8 +41,11 @@ inline shape shape_of(collective c, std::size_t requested_bytes, std::size_t typ
     case collective::gather:
     case collective::scatter:
     case collective::alltoall:  // nccl-tests: count = bytes / size / nranks, the size the whole buffer
+    case collective::allgatherv:  // as their even forms: count is a block's mean (splits.hpp)
+    case collective::alltoallv:
       s.count = requested_bytes / type_size / n;
-      s.send_count = c == collective::allgather || c == collective::gather ? s.count : s.count * n;
+      s.send_count =
+          c == collective::allgather || c == collective::gather || c == collective::allgatherv ? s.count : s.count * n;
       s.recv_count = c == collective::reduce_scatter || c == collective::scatter ? s.count : s.count * n;
       s.bytes = s.count * n * type_size;
       break;
@@ -72,6 +81,8 @@ inline std::string_view name(collective c) {
     case collective::gather: return "gather";
     case collective::scatter: return "scatter";
     case collective::alltoall: return "alltoall";
+    case collective::allgatherv: return "allgatherv";
+    case collective::alltoallv: return "alltoallv";
   }
   return "?";
 }
@@ -82,8 +93,9 @@ inline bool has_redop(collective c) {
 inline bool has_root(collective c) {
   return c == collective::broadcast || c == collective::reduce || c == collective::gather || c == collective::scatter;
 }
-// An alltoall never runs in place (as NCCL's): its in-place columns say N/A.
-inline bool has_in_place(collective c) { return c != collective::alltoall; }
+// An alltoall never runs in place (as NCCL's, and an alltoallv as mimatrix's): its in-place
+// columns say N/A.
+inline bool has_in_place(collective c) { return c != collective::alltoall && c != collective::alltoallv; }
 
 struct timing {
   double time_us = 0;
@@ -169,6 +181,9 @@ class reporter {
     if (!o.provider.empty() || !o.algo.empty())
       std::fprintf(out_, "# provider: %s algo: %s\n", o.provider.empty() ? "default" : o.provider.c_str(),
                    o.algo.empty() ? "default" : o.algo.c_str());
+    if (is_v_form(info_.coll))
+      std::fprintf(out_, "# skew: %g (%s; count: a block's mean)\n", o.skew,
+                   o.skew > 0 ? "block i->j in proportion to 1 + skew*((7i+3j)%5)/4" : "even blocks");
     std::fprintf(out_, "#\n");
     std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "");
     std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count", "type",
@@ -252,7 +267,8 @@ class reporter {
       case collective::reduce: return (n + 1) / 2;
       case collective::gather:
       case collective::scatter: return in_place ? (n - 1) / n : 1;
-      case collective::alltoall: return n;
+      case collective::alltoall:
+      case collective::alltoallv: return n;
       default: return (in_place ? n : n + 1) / 2;
     }
   }
@@ -302,7 +318,8 @@ class reporter {
          ",\"validation\":" + std::to_string(o.check ? 1 : 0) + ",\"datatype\":" + detail::json_string(name(o.type)) +
          ",\"redop\":" + detail::json_string(name(o.op)) + ",\"root\":" + std::to_string(o.root) +
          ",\"average\":" + std::to_string(static_cast<int>(o.average)) + ",\"provider\":" + detail::json_string(o.provider) +
-         ",\"algo\":" + detail::json_string(o.algo) + "},\"results\":[";
+         ",\"algo\":" + detail::json_string(o.algo) +
+         (is_v_form(info_.coll) ? ",\"skew\":" + detail::json_number(o.skew) : std::string()) + "},\"results\":[";
     for (std::size_t i = 0; i < rows_.size(); ++i) {
       auto const& r = rows_[i];
       s += (i ? "," : "");
