@@ -84,7 +84,7 @@ struct descriptor {
   std::shared_ptr<const uneven> layout{};  // v-forms only
 
   std::size_t input_bytes(int rank) const {
-    if (layout) return uneven_input(rank) * elem_size;
+    if (layout) [[unlikely]] return uneven_input(rank) * elem_size;
     switch (kind) {
       case collective::reduce_scatter:
       case collective::alltoall: return blocks();
@@ -93,7 +93,7 @@ struct descriptor {
     }
   }
   std::size_t output_bytes(int rank) const {
-    if (layout) return uneven_output(rank) * elem_size;
+    if (layout) [[unlikely]] return uneven_output(rank) * elem_size;
     switch (kind) {
       case collective::allgather:
       case collective::alltoall: return blocks();
@@ -130,7 +130,8 @@ struct descriptor {
  private:
   constexpr std::size_t block() const { return count * elem_size; }
   constexpr std::size_t blocks() const { return std::size_t(size) * count * elem_size; }
-  std::size_t uneven_input(int rank) const {
+  // Out of line: the uniform calls' sizes stay small enough to inline on the call path.
+  [[gnu::cold, gnu::noinline]] std::size_t uneven_input(int rank) const {
     switch (kind) {
       case collective::reduce_scatter:
       case collective::alltoall: return layout->many.extent();
@@ -138,7 +139,7 @@ struct descriptor {
       default: return layout->many.count(rank);
     }
   }
-  std::size_t uneven_output(int rank) const {
+  [[gnu::cold, gnu::noinline]] std::size_t uneven_output(int rank) const {
     switch (kind) {
       case collective::allgather: return layout->many.extent();
       case collective::alltoall: return layout->received.extent();
