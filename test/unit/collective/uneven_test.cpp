@@ -229,6 +229,33 @@ TEST(uneven, typed_facades_run_every_v_form) {
   }
 }
 
+// The engine keeps a v-form's last plan: calls whose counts change from one to the next
+// each get their own, and a repeat of earlier counts is exact too.
+TEST(uneven, calls_whose_counts_change_call_after_call_each_get_their_plan) {
+  const int p = 3;
+  const std::vector<counts> rounds{{1, 2, 3}, {3, 0, 1}, {1, 2, 3}, {2, 2, 2}};
+  std::vector<std::vector<values>> got(rounds.size(), std::vector<values>(p));
+  transport::run_inproc(p, [&](int r, inproc::world& w) {
+    communicator<inproc> comm(w, r);
+    collectives<inproc> coll(comm);
+    for (std::size_t k = 0; k < rounds.size(); ++k) {
+      const counts& c = rounds[k];  // every rank sends c[j] elements to rank j
+      const counts received(std::size_t(p), c[std::size_t(r)]);
+      values in;
+      for (std::size_t j = 0; j < std::size_t(p); ++j)
+        for (std::size_t e = 0; e < c[j]; ++e) in.push_back(value(r, j, e + k));
+      got[k][r].assign(std::size_t(p) * c[std::size_t(r)], untouched);
+      coll.alltoallv(in.data(), c, {}, got[k][r].data(), received, {}, dtype::int32).wait();
+    }
+  });
+  for (std::size_t k = 0; k < rounds.size(); ++k)
+    for (int r = 0; r < p; ++r)
+      for (int j = 0; j < p; ++j)
+        for (std::size_t e = 0; e < rounds[k][std::size_t(r)]; ++e)
+          ASSERT_EQ(got[k][r][std::size_t(j) * rounds[k][std::size_t(r)] + e], value(j, std::size_t(r), e + k))
+              << "round " << k << " rank " << r << " from " << j;
+}
+
 /// Runs `call` on 3 ranks and returns each rank's error text ("" where none).
 template <class Call>
 std::vector<std::string> errors_of(Call call) {

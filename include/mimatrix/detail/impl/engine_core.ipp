@@ -118,6 +118,18 @@ struct engine_core::impl {
   plan_key last_key{};
   plan_set last;
   bool has_last = false;
+  /// A v-form's last plan and the call it is for (its layout compared by content: an
+  /// MoE layer repeats its split sizes less often than training repeats a size, but a
+  /// loop of one alltoallv repeats them all).
+  schedule::descriptor last_uneven{};
+  std::shared_ptr<const schedule::schedule> last_uneven_plan;
+  std::shared_ptr<const schedule::schedule> uneven_plan(const schedule::descriptor& d) {
+    if (!last_uneven_plan || !(d == last_uneven)) {
+      last_uneven_plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(d, transport.rank));
+      last_uneven = d;
+    }
+    return last_uneven_plan;
+  }
 };
 
 MIMATRIX_DECL engine_core::engine_core(communicator_state& comm, const transport_face& transport,
@@ -196,8 +208,7 @@ MIMATRIX_DECL request engine_core::start_uneven(schedule::collective kind, const
   if (!args.problem.empty()) e.refuse(call, sig, args.problem);
   const schedule::descriptor desc = call.descriptor(e.transport.size);
   if (auto why = e.problem(call, desc)) e.refuse(call, sig, *why);
-  auto plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(desc, e.transport.rank));
-  return e.launch(call, std::move(plan), sig, desc, began);
+  return e.launch(call, e.uneven_plan(desc), sig, desc, began);
 }
 
 MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare_uneven(
@@ -217,7 +228,7 @@ MIMATRIX_DECL std::shared_ptr<const prepared_call> engine_core::prepare_uneven(
   if (!args.problem.empty()) refuse(args.problem);
   const schedule::descriptor desc = call->descriptor(e.transport.size);
   if (auto why = e.problem(*call, desc)) refuse(*why);
-  call->plan = std::make_shared<const schedule::schedule>(algorithm::uneven_exchange{}.build(desc, e.transport.rank));
+  call->plan = e.uneven_plan(desc);
   return call;
 }
 
