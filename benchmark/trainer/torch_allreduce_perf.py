@@ -6,6 +6,7 @@
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BACKENDS = ("gloo", "mimatrix")
 
 
 def parse_size(text):
@@ -96,7 +96,8 @@ def report(a, gloo, mm, perf):
     def cols(seconds, size):
         algbw = size / seconds / 1e9
         return f"{seconds * 1e6:10.2f} {algbw:7.3f} {algbw * bus:7.3f}"
-    print(f"# float32 sum, {a.ranks} ranks, in place; time is the mean over ranks; "
+    print(f"# float32 sum, {a.ranks} ranks, in place; time is the mean over ranks, median of "
+          f"{a.repeat} run(s); "
           "ratio = gloo time / mimatrix time; overhead = mimatrix through torch - allreduce_perf")
     print(f"# {'':24}{'gloo':>26} {'mimatrix (torch)':>26}  {'':6} {'allreduce_perf':>14}")
     print(f"# {'size':>10} {'count':>11} " + 2 * f"{'time':>10} {'algbw':>7} {'busbw':>7} "
@@ -118,20 +119,26 @@ def parse_args():
                    help="bytes a size, which caps the calls of large sizes (at least 3)")
     p.add_argument("-w", "--warmup", type=int, default=5)
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="sweeps of each tool, taking turns; each cell is the median")
     p.add_argument("--build", default=os.path.join(REPO, "build/default"),
                    help="build folder with benchmark/perf/allreduce_perf and mimatrix-run")
     a = p.parse_args()
     if a.min_bytes < 4 or a.min_bytes % 4 or a.max_bytes < a.min_bytes or a.factor < 2:
         p.error("-b must be a positive multiple of 4, -e >= -b, -f >= 2")
-    if a.max_bytes % 4 or a.ranks < 2 or a.iters < 1 or a.warmup < 0:
-        p.error("-e must be a multiple of 4, --ranks >= 2, -n >= 1, -w >= 0")
+    if a.max_bytes % 4 or a.ranks < 2 or a.iters < 1 or a.warmup < 0 or a.repeat < 1:
+        p.error("-e must be a multiple of 4, --ranks >= 2, -n and --repeat >= 1, -w >= 0")
     return a
 
 
 def main():
     a = parse_args()
-    gloo, mm = (torch_sweep(a, b) for b in BACKENDS)
-    report(a, gloo, mm, perf_sweep(a))
+    # Turns, not one tool's repeats in a row: a shared machine's load changes by the minute.
+    runs = [(torch_sweep(a, "gloo"), torch_sweep(a, "mimatrix"), perf_sweep(a))
+            for _ in range(a.repeat)]
+    tools = ([statistics.median(cell) if None not in cell else None for cell in zip(*tool)]
+             for tool in zip(*runs))
+    report(a, *tools)
 
 
 if __name__ == "__main__":
