@@ -4,21 +4,17 @@
 """Train ResNet on Fashion-MNIST under DDP with --backend gloo|mimatrix (or --both)."""
 
 import argparse
-import datetime
 import os
 import sys
-import tempfile
 import time
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
 import pytorch_resnet as base
-
-BACKENDS = ("gloo", "mimatrix")
+import torch_ranks
+from torch_ranks import BACKENDS
 
 
 class allreduce_timer:
@@ -54,13 +50,9 @@ def timed_allreduce_hook(timer, bucket):
     return allreduce_hook(None, bucket).then(stamp)
 
 
-def rank_main(rank, a, backend, init, results):
-    if backend == "mimatrix":
-        import mimatrix_torch  # noqa: F401  (registers the backend)
+def rank_main(rank, a):
     ranks = a.ranks
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // ranks))
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=ranks,
-                            timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(a.seed)  # DDP copies rank 0's weights anyway; the seed makes them a.seed's
     order_gen = torch.Generator().manual_seed(a.seed)  # one epoch order on every rank
     crop_gen = torch.Generator().manual_seed(a.seed + 1 + rank)  # each rank its own crops
@@ -89,23 +81,22 @@ def rank_main(rank, a, backend, init, results):
                 in_flight += busy
                 exposed += waited
                 timed_steps += 1
-    dist.destroy_process_group()
-    if rank == 0:  # alone now, so all cores evaluate
-        torch.set_num_threads(len(os.sched_getaffinity(0)))
-        test_x, test_y = base.load_split(a.data, "t10k")
-        results.put({"backend": backend, "images/s": images / seconds,
-                     "step ms": 1e3 * seconds / timed_steps,
-                     "allreduce ms/step": 1e3 * in_flight / timed_steps,
-                     "exposed ms/step": 1e3 * exposed / timed_steps,
-                     "test acc %": base.evaluate(model.module, test_x, test_y),
-                     "steps": timed_steps})
+    return {"images/s": images / seconds, "step ms": 1e3 * seconds / timed_steps,
+            "allreduce ms/step": 1e3 * in_flight / timed_steps,
+            "exposed ms/step": 1e3 * exposed / timed_steps,
+            "steps": timed_steps, "weights": model.module.state_dict()}
+
+
+def test_accuracy(a, weights):
+    """Rank 0's model on the test set, here in the parent, where every core is free."""
+    model = base.ResNet(base.DEPTHS[a.model])
+    model.load_state_dict(weights)
+    return base.evaluate(model, *base.load_split(a.data, "t10k"))
 
 
 def run(a, backend):
-    results = mp.get_context("spawn").SimpleQueue()
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(rank_main, args=(a, backend, f"file://{d}/store", results), nprocs=a.ranks)
-    r = results.get()
+    r = torch_ranks.spawn(rank_main, a.ranks, backend, a)
+    r["test acc %"] = test_accuracy(a, r.pop("weights"))
     print(f"pytorch_ddp: {backend} {a.model} {a.ranks} ranks, {r['steps']} timed steps: "
           f"{r['images/s']:.1f} images/s, step {r['step ms']:.1f} ms, allreduce "
           f"{r['allreduce ms/step']:.2f} ms/step ({r['exposed ms/step']:.2f} exposed), "

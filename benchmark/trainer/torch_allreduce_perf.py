@@ -14,7 +14,8 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import torch_ranks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,10 +38,7 @@ def iterations(a, size):
     return max(3, min(a.iters, a.budget // size))
 
 
-def rank_main(rank, a, backend, init, results):
-    if backend == "mimatrix":
-        import mimatrix_torch  # noqa: F401  (registers the backend)
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=a.ranks)
+def rank_main(rank, a, backend):
     times = []
     for size in sizes(a):
         t = torch.full((size // 4,), float(rank + 1))
@@ -57,16 +55,11 @@ def rank_main(rank, a, backend, init, results):
         times.append((time.perf_counter() - t0) / n)
     mean = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(mean)  # the mean over ranks, as allreduce_perf's -a 1
-    dist.destroy_process_group()
-    if rank == 0:
-        results.put((mean / a.ranks).tolist())
+    return (mean / a.ranks).tolist()
 
 
 def torch_sweep(a, backend):
-    results = mp.get_context("spawn").SimpleQueue()
-    with tempfile.TemporaryDirectory() as d:
-        mp.spawn(rank_main, args=(a, backend, f"file://{d}/store", results), nprocs=a.ranks)
-    return results.get()
+    return torch_ranks.spawn(rank_main, a.ranks, backend, a, backend)
 
 
 def perf_sweep(a):
