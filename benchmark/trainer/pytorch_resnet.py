@@ -129,8 +129,8 @@ def evaluate(model, x, y):
     return 100.0 * correct / x.shape[0]
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__)
+def add_recipe_args(p):
+    """The model, data and recipe flags, shared with pytorch_ddp.py so both train alike."""
     p.add_argument("--model", choices=sorted(DEPTHS), default="resnet20")
     p.add_argument("--data", default=os.environ.get("MIMATRIX_FASHION_MNIST_DIR",
                                                     "/usr/share/datasets/fashion-mnist"))
@@ -144,13 +144,55 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=0,
                    help="first steps of epoch 1 left out of images/s (still trained)")
     p.add_argument("--seed", type=int, default=1)
+
+
+def check_recipe_args(p, a):
+    if a.batch < 1 or a.epochs < 1 or a.steps < 0 or a.warmup < 0:
+        p.error("--batch and --epochs must be >= 1; --steps and --warmup >= 0")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__)
+    add_recipe_args(p)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--eval", action=argparse.BooleanOptionalAction, default=True,
                    help="test accuracy at the end of each epoch")
     a = p.parse_args()
-    if a.batch < 1 or a.epochs < 1 or a.steps < 0 or a.threads < 1 or a.warmup < 0:
-        p.error("--batch, --epochs and --threads must be >= 1; --steps and --warmup >= 0")
+    check_recipe_args(p, a)
+    if a.threads < 1:
+        p.error("--threads must be >= 1")
     return a
+
+
+def steps_per_epoch(a, images, ranks=1):
+    """Full batches of `ranks` x --batch in an epoch (the last partial one is dropped), capped by --steps."""
+    steps = images // (a.batch * ranks)
+    if a.steps:
+        steps = min(steps, a.steps)
+    if steps < 1:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {ranks} x --batch {a.batch} exceeds the {images} images")
+    return steps
+
+
+def make_optimizer(model, a, total_steps):
+    """SGD with Nesterov momentum and a one-cycle learning rate stepped every step."""
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
+                          nesterov=a.nesterov, weight_decay=a.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=a.lr, total_steps=total_steps, pct_start=0.3, anneal_strategy="cos",
+        div_factor=25, final_div_factor=1e4, cycle_momentum=False)
+    return opt, sched
+
+
+def train_step(model, opt, sched, x, y):
+    """Forward, loss, backward, update; returns the output and the loss."""
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    sched.step()
+    return out, loss
 
 
 def main():
@@ -161,19 +203,11 @@ def main():
 
     train_x, train_y = load_split(a.data, "train")
     test_x, test_y = load_split(a.data, "t10k") if a.eval else (None, None)
-    steps = train_x.shape[0] // a.batch  # the last partial batch is dropped
-    if a.steps:
-        steps = min(steps, a.steps)
-    if steps < 1:
-        sys.exit(f"pytorch_resnet: --batch {a.batch} exceeds the {train_x.shape[0]} images")
+    steps = steps_per_epoch(a, train_x.shape[0])
 
     model = ResNet(DEPTHS[a.model])
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
-                          nesterov=a.nesterov, weight_decay=a.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=a.lr, total_steps=a.epochs * steps, pct_start=0.3, anneal_strategy="cos",
-        div_factor=25, final_div_factor=1e4, cycle_momentum=False)
+    opt, sched = make_optimizer(model, a, a.epochs * steps)
 
     total_images, total_seconds, test_acc = 0, 0.0, None
     for epoch in range(1, a.epochs + 1):
@@ -187,12 +221,7 @@ def main():
             # images/s times the training step only (forward, backward, update): batch
             # assembly and augmentation above are outside it, as is evaluation.
             t0 = time.perf_counter()
-            out = model(x)
-            loss = F.cross_entropy(out, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
+            out, loss = train_step(model, opt, sched, x, y)
             dt = time.perf_counter() - t0
             if epoch > 1 or step >= a.warmup:
                 timed_images += x.shape[0]
