@@ -3,6 +3,7 @@
 // tensors' sizes differ) and copy out once the call ended.
 #include "process_group.hpp"
 
+#include <pybind11/pybind11.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -78,7 +79,17 @@ process_group::process_group(const c10::intrusive_ptr<c10d::Store>& store, int r
   comm_.set_timeout(timeout);
 }
 
-process_group::~process_group() = default;
+process_group::~process_group() {
+  // The finisher may drop the last reference to a tensor Python owns, which takes the GIL:
+  // the thread destroying the group (Python's, in destroy_process_group) must not hold it
+  // while the finisher ends, or both wait for ever.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release unlocked;
+    finisher_.stop();
+  } else {
+    finisher_.stop();
+  }
+}
 
 call_options process_group::with(std::chrono::milliseconds timeout) const {
   call_options o;

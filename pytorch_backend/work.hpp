@@ -63,13 +63,16 @@ class work final : public c10d::Work {
 class finisher {
  public:
   finisher() : thread_([this] { run(); }) {}
-  ~finisher() {
+  ~finisher() { stop(); }
+
+  /// Concludes what is queued, then ends the thread (no request is dropped unfinished).
+  void stop() {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
     }
     ready_.notify_one();
-    thread_.join();  // concludes what is queued first: no request is dropped unfinished
+    if (thread_.joinable()) thread_.join();
   }
   finisher(const finisher&) = delete;
   finisher& operator=(const finisher&) = delete;

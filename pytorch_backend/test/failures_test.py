@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Bad input and a dead rank under the mimatrix backend: each is a Python exception that
-names the rank and the call, on every rank, within the group's timeout, never a hang.
+names the rank and the call, on every rank, within the group's timeout, never a hang; and
+a group destroyed with a call's tensor just dropped ends.
 Over shm, 2 ranks, under torch.multiprocessing."""
 import datetime
+import faulthandler
 import os
 import sys
 import time
@@ -54,7 +56,24 @@ def scenario(rank, name):
             raise AssertionError(f"rank 0 learned of the dead rank after {took:.1f} s")
 
 
+def teardown(rank, init):
+    """destroy_process_group right after dropping a call's tensor and Work: the group's
+    finisher then drops the tensor's last reference, which takes the GIL (regression: it
+    hung both ranks when the destroying thread held the GIL while joining the finisher)."""
+    faulthandler.dump_traceback_later(60, exit=True)  # a C thread: it fires with the GIL held elsewhere
+    for k in range(3):
+        dist.init_process_group("mimatrix", init_method=f"{init}.{k}", rank=rank, world_size=2,
+                                timeout=datetime.timedelta(seconds=TIMEOUT_S))
+        t = torch.ones(1 << 18)
+        work = dist.all_reduce(t, async_op=True)
+        del t, work
+        dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
+
+
 def run(rank, init, name):
+    if name == "teardown":
+        return teardown(rank, init)
     dist.init_process_group("mimatrix", init_method=init, rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=TIMEOUT_S))
     scenario(rank, name)
@@ -62,7 +81,7 @@ def run(rank, init, name):
 
 def main():
     failures = []
-    for name in ("dtype", "sizes", "op", "dead_rank"):
+    for name in ("dtype", "sizes", "op", "dead_rank", "teardown"):
         found = failures_of(run, 2, name)
         failures += found
         print(f"{name}: {'FAILED' if found else 'ok'}", flush=True)
